@@ -1,0 +1,1 @@
+"""FastAPI application: thin routers that call services, auth dependencies, error mapping."""

@@ -1,0 +1,1 @@
+"""One router per resource; each handler parses, calls one service and maps the result."""

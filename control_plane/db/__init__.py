@@ -1,0 +1,1 @@
+"""Persistence: SQLModel tables, engines for SQLite and PostgreSQL, locking and migrations."""

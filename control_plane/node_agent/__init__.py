@@ -1,0 +1,1 @@
+"""The GPU-node daemon: NVML adapter (or simulated GPUs), warm-up runner, heartbeat loop."""

@@ -1,0 +1,1 @@
+"""Pure scheduling core: placement, quotas, fair share, preemption, transitions (no I/O)."""

@@ -1,0 +1,1 @@
+"""Wire models shared by the server and its clients; imports nothing else of ours."""

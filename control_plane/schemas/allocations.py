@@ -1,0 +1,155 @@
+"""Allocations (a real job's GPUs) and holds (speculative, pre-warmed reservations)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field, model_validator
+
+from control_plane.schemas.common import (
+    MAX_GPUS_PER_REQUEST,
+    MAX_LEAD_S,
+    MAX_LEASE_S,
+    MAX_NAME_LEN,
+    MAX_TEXT_LEN,
+    MAX_TTL_S,
+    GpuModel,
+    UtcDatetime,
+    WireModel,
+)
+from control_plane.schemas.enums import (
+    AllocationStatus,
+    HoldSource,
+    HoldStatus,
+    JobClass,
+    Strategy,
+    TaskStatus,
+)
+
+Command = list[str]
+
+
+class AssignedGpu(BaseModel):
+    uuid: str
+    node: str
+    node_id: str
+    index: int | None = None
+
+
+class AllocationCreate(WireModel):
+    gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
+    gpu_model: GpuModel | None = None
+    lease_s: int | None = Field(
+        default=None, ge=1, le=MAX_LEASE_S, description="Lease length; null means until release."
+    )
+    hold_id: str | None = Field(default=None, max_length=64, description="Claim this hold.")
+    use_holds: bool = Field(
+        default=True, description="Claim a matching warm hold of this tenant automatically."
+    )
+    strategy: Strategy = Strategy.CONSOLIDATED
+    job_class: JobClass = JobClass.BATCH
+    command: Command | None = Field(
+        default=None, max_length=256, description="Run this on the node with the GPUs visible."
+    )
+    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+    @model_validator(mode="after")
+    def _bounded_command(self) -> AllocationCreate:
+        if self.command is not None:
+            if not self.command:
+                raise ValueError("command: must not be empty when given")
+            if sum(len(part) for part in self.command) > MAX_TEXT_LEN:
+                raise ValueError(f"command: longer than {MAX_TEXT_LEN} characters in all")
+        return self
+
+
+class Allocation(BaseModel):
+    id: str
+    tenant_id: str
+    status: AllocationStatus
+    gpu_count: int
+    gpu_model: str | None
+    gpus: list[AssignedGpu]
+    hold_id: str | None
+    warm: bool = Field(description="True when the GPUs were already warm (claimed a ready hold).")
+    time_to_gpu_s: float | None = Field(
+        description="Seconds from request to usable GPUs; null while not yet known."
+    )
+    requested_at: datetime
+    allocated_at: datetime | None
+    ready_at: datetime | None
+    released_at: datetime | None
+    expires_at: datetime | None
+    lease_s: int | None
+    strategy: Strategy
+    job_class: JobClass
+    label: str | None
+    command: Command | None
+    task_status: TaskStatus | None
+    exit_code: int | None
+    output_tail: str | None
+    reason: str | None
+    preempted_holds: list[str] = Field(
+        default_factory=list, description="Holds this allocation displaced to fit."
+    )
+
+
+class HoldCreate(WireModel):
+    gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
+    gpu_model: GpuModel | None = None
+    start_at: UtcDatetime | None = Field(
+        default=None, description="When the job is expected; default now (or now + start_in_s)."
+    )
+    start_in_s: float | None = Field(
+        default=None, ge=0, le=MAX_TTL_S, description="Alternative to start_at, relative to now."
+    )
+    ttl_s: int = Field(
+        ge=1, le=MAX_TTL_S, description="Hold stays claimable until start_at + ttl_s."
+    )
+    lead_s: int | None = Field(
+        default=None, ge=0, le=MAX_LEAD_S, description="Place and warm this long before start_at."
+    )
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    warmup: str | None = Field(
+        default=None, max_length=MAX_NAME_LEN, description="Warm-up profile the node runs."
+    )
+    source: HoldSource = HoldSource.MANUAL
+    strategy: Strategy = Strategy.CONSOLIDATED
+    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+    @model_validator(mode="after")
+    def _one_start(self) -> HoldCreate:
+        if self.start_at is not None and self.start_in_s is not None:
+            raise ValueError("start_at: give start_at or start_in_s, not both")
+        return self
+
+
+class HoldClaim(WireModel):
+    lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
+    command: Command | None = Field(default=None, max_length=256)
+    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+
+class Hold(BaseModel):
+    id: str
+    tenant_id: str
+    status: HoldStatus
+    gpu_count: int
+    gpu_model: str | None
+    gpus: list[AssignedGpu]
+    start_at: datetime
+    ttl_s: int
+    lead_s: int
+    expires_at: datetime
+    confidence: float
+    source: HoldSource
+    warmup: str | None
+    strategy: Strategy
+    label: str | None
+    created_at: datetime
+    placed_at: datetime | None
+    ready_at: datetime | None
+    warmup_s: float | None
+    ended_at: datetime | None
+    allocation_id: str | None
+    reason: str | None

@@ -1,0 +1,111 @@
+"""Node registration, heartbeats with telemetry, and the desired state a node agent pulls."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from control_plane.schemas.common import (
+    MAX_GPUS_PER_NODE,
+    MAX_NAME_LEN,
+    MAX_TEXT_LEN,
+    GpuModel,
+    Name,
+    WireModel,
+)
+from control_plane.schemas.enums import NodeStatus, TaskStatus
+
+
+class GpuSpec(WireModel):
+    uuid: str = Field(min_length=1, max_length=96)
+    model: GpuModel
+    memory_mb: int = Field(ge=0, le=10_000_000)
+    index: int | None = Field(default=None, ge=0, le=1024)
+
+
+class NodeRegister(WireModel):
+    name: Name
+    spine: str = Field(default="spine0", min_length=1, max_length=MAX_NAME_LEN)
+    leaf: str = Field(default="leaf0", min_length=1, max_length=MAX_NAME_LEN)
+    gpus: list[GpuSpec] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    agent_version: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+
+class Gpu(BaseModel):
+    uuid: str
+    node_id: str
+    node: str
+    index: int | None
+    model: str
+    memory_mb: int
+    healthy: bool
+    assigned_to: str | None = Field(default=None, description="Hold or allocation id holding it.")
+    telemetry: dict[str, float | int | str | bool | None] = Field(default_factory=dict)
+
+
+class Node(BaseModel):
+    id: str
+    name: str
+    spine: str
+    leaf: str
+    status: NodeStatus
+    registered_at: datetime
+    last_heartbeat_at: datetime | None
+    gpus: list[Gpu]
+    host: dict[str, float | int | None] = Field(default_factory=dict)
+
+
+class GpuTelemetry(WireModel):
+    uuid: str = Field(min_length=1, max_length=96)
+    healthy: bool = True
+    reason: str | None = Field(default=None, max_length=256)
+    memory_used_mb: int | None = Field(default=None, ge=0, le=10_000_000)
+    utilization_pct: float | None = Field(default=None, ge=0, le=100)
+    temperature_c: float | None = Field(default=None, ge=-100, le=300)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
+    ecc_uncorrected: int | None = Field(default=None, ge=0, le=2**31 - 1)
+
+
+class HostTelemetry(WireModel):
+    cpu_pct: float | None = Field(default=None, ge=0, le=100 * 1024)
+    memory_pct: float | None = Field(default=None, ge=0, le=100)
+    cache_disk_free_mb: int | None = Field(default=None, ge=0, le=2**53)
+
+
+class Heartbeat(WireModel):
+    gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
+    host: HostTelemetry | None = None
+    draining: bool = False
+
+
+class NodeAssignment(BaseModel):
+    """One thing the node must keep true: a hold to warm and keep, or an allocation to serve."""
+
+    kind: str = Field(description="hold | allocation")
+    id: str
+    status: str
+    gpu_uuids: list[str]
+    warmup: str | None = None
+    command: list[str] | None = None
+    expires_at: datetime | None = None
+
+
+class HeartbeatReply(BaseModel):
+    node_id: str
+    status: NodeStatus
+    assignments: list[NodeAssignment]
+
+
+class WarmupReport(WireModel):
+    ok: bool
+    warmup_s: float = Field(ge=0, le=86400)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    output_tail: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
+    started: bool = Field(default=False, description="True when warming has only started.")
+
+
+class TaskReport(WireModel):
+    status: TaskStatus
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    output_tail: str | None = Field(default=None, max_length=MAX_TEXT_LEN)

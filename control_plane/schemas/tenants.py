@@ -1,0 +1,88 @@
+"""Tenants, their API keys and their control-plane pre-warm policy."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from control_plane.schemas.common import (
+    MAX_NAME_LEN,
+    MAX_QUOTA_GPUS,
+    MAX_TTL_S,
+    Name,
+    WireModel,
+)
+from control_plane.schemas.enums import Scope
+
+
+class TenantCreate(WireModel):
+    name: Name
+    quota_gpus: int = Field(ge=0, le=MAX_QUOTA_GPUS, description="Guaranteed GPUs.")
+    burst_gpus: int = Field(
+        default=0, ge=0, le=MAX_QUOTA_GPUS, description="GPUs above the quota when idle ones exist."
+    )
+    weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight.")
+
+
+class TenantUpdate(WireModel):
+    quota_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
+    burst_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
+    weight: float | None = Field(default=None, gt=0, le=1000)
+
+
+class Tenant(BaseModel):
+    id: str
+    name: str
+    quota_gpus: int
+    burst_gpus: int
+    weight: float
+    created_at: datetime
+
+
+class ApiKeyCreate(WireModel):
+    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+
+
+class ApiKeyCreated(BaseModel):
+    id: str
+    key: str = Field(description="The secret. Shown once; only its hash is stored.")
+    prefix: str
+    scope: Scope
+    tenant_id: str | None
+    label: str | None
+    created_at: datetime
+
+
+class ApiKeyInfo(BaseModel):
+    id: str
+    prefix: str = Field(description="First characters of the key, to tell keys apart.")
+    scope: Scope
+    tenant_id: str | None
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TenantPolicy(WireModel):
+    """Server-side limits on a tenant's speculative holds, enforced whatever an agent asks."""
+
+    max_held_gpus: int = Field(
+        default=8, ge=0, le=MAX_QUOTA_GPUS, description="GPUs in active holds at once."
+    )
+    max_idle_gpu_hours_per_day: float = Field(
+        default=8.0, ge=0, le=1_000_000, description="Held-but-unclaimed GPU-hours per UTC day."
+    )
+    max_hold_ttl_s: int = Field(default=3600, ge=1, le=MAX_TTL_S)
+    allowed_warmups: list[str] | None = Field(
+        default=None, max_length=64, description="Warm-up profiles allowed; null allows any."
+    )
+    holds_may_preempt_holds: bool = Field(
+        default=False, description="Whether this tenant's confident holds may displace weaker ones."
+    )
+
+
+class TenantPolicyInfo(TenantPolicy):
+    tenant_id: str
+    held_gpus: int = Field(description="GPUs in this tenant's active holds now.")
+    idle_gpu_hours_today: float = Field(description="Idle held GPU-hours charged today (UTC).")

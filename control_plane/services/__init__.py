@@ -1,0 +1,1 @@
+"""Use cases of the control plane, one database transaction each."""

@@ -1,0 +1,1 @@
+"""Forecasting GPU demand: statistical predictors, the LLM predictor, ensembles, scoring."""
