@@ -1,0 +1,106 @@
+"""Every failure becomes a JSON body {"error": {"code", "message", "field"}}; never a traceback."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from control_plane.scheduling.transitions import IllegalTransition
+from control_plane.schemas.common import ErrorBody
+from control_plane.services.errors import ServiceError
+
+log = logging.getLogger("jitgpu.api")
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+}
+
+# The documented error body, for the OpenAPI responses of every route.
+ERROR_RESPONSES = {
+    code: {"model": ErrorBody, "description": name}
+    for code, name in (
+        (400, "Bad request"),
+        (401, "Missing or bad API key"),
+        (403, "Key lacks the scope or the policy forbids it"),
+        (404, "Not found"),
+        (409, "Conflict"),
+        (413, "Body too large"),
+        (422, "Invalid request"),
+        (429, "Quota or budget exceeded"),
+        (503, "Database unavailable"),
+    )
+}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "field": field}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _field_of(loc: tuple) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
+        return error_response(exc.status_code, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        field = _field_of(tuple(first.get("loc", ())))
+        message = str(first.get("msg", "invalid request"))
+        if field:
+            message = f"{field}: {message}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return error_response(422, "invalid_request", message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = HTTP_CODES.get(exc.status_code, "error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(IllegalTransition)
+    async def _transition(_request: Request, exc: IllegalTransition) -> JSONResponse:
+        return error_response(409, "illegal_transition", str(exc))
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _db_down(_request: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable: %s", exc.__class__.__name__)
+        return error_response(
+            503, "database_unavailable", "the database is unavailable; retry shortly"
+        )
+
+    @app.exception_handler(DBAPIError)
+    async def _db_error(_request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated:
+            return error_response(
+                503, "database_unavailable", "the database connection was lost; retry shortly"
+            )
+        log.exception("database error")
+        return error_response(500, "internal_error", "internal error; see the server log")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal_error", "internal error; see the server log")

@@ -1,0 +1,73 @@
+"""Allocation routes: create (place, queue or refuse), read, list and release."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from control_plane.api.deps import get_clock, get_db, idempotency_key, tenant, tenant_or_admin
+from control_plane.api.errors import ERROR_RESPONSES
+from control_plane.api.respond import created
+from control_plane.db.engine import Database
+from control_plane.schemas.allocations import Allocation, AllocationCreate
+from control_plane.schemas.enums import AllocationStatus
+from control_plane.services import allocations, queries
+from control_plane.services.auth import Principal
+
+router = APIRouter(prefix="/v1/allocations", tags=["allocations"], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Allocation,
+    responses={202: {"model": Allocation, "description": "Queued: no GPUs free yet"}},
+)
+def create_allocation(
+    body: AllocationCreate,
+    request: Request,
+    who: Principal = Depends(tenant),
+    key: str | None = Depends(idempotency_key),
+) -> JSONResponse:
+    tenant_id = who.tenant_id
+    assert tenant_id is not None
+    return created(
+        request,
+        who=who,
+        key=key,
+        body=body,
+        use_case=lambda session, now: allocations.create(
+            session, tenant_id=tenant_id, body=body, now=now
+        ),
+    )
+
+
+@router.get("", response_model=list[Allocation])
+def list_allocations(
+    status: list[AllocationStatus] | None = Query(default=None),
+    limit: int = Query(default=100, ge=1, le=1000),
+    db: Database = Depends(get_db),
+    who: Principal = Depends(tenant_or_admin),
+) -> list[Allocation]:
+    return queries.list_allocations(db, tenant_id=who.tenant_id, statuses=status, limit=limit)
+
+
+@router.get("/{allocation_id}", response_model=Allocation)
+def get_allocation(
+    allocation_id: str, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
+) -> Allocation:
+    return queries.get_allocation(db, tenant_id=who.tenant_id, allocation_id=allocation_id)
+
+
+@router.delete("/{allocation_id}", response_model=Allocation)
+def release_allocation(
+    allocation_id: str,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    who: Principal = Depends(tenant_or_admin),
+) -> Allocation:
+    with db.write(placement=True) as session:
+        result = allocations.release(
+            session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=clock()
+        )
+    return result

@@ -1,0 +1,93 @@
+"""Hold routes: create a speculative hold, read, list, cancel, and claim it into an allocation."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from control_plane.api.deps import get_clock, get_db, idempotency_key, tenant, tenant_or_admin
+from control_plane.api.errors import ERROR_RESPONSES
+from control_plane.api.respond import created
+from control_plane.db.engine import Database
+from control_plane.schemas.allocations import Allocation, Hold, HoldClaim, HoldCreate
+from control_plane.schemas.enums import HoldStatus
+from control_plane.services import allocations, holds, queries
+from control_plane.services.auth import Principal
+
+router = APIRouter(prefix="/v1/holds", tags=["holds"], responses=ERROR_RESPONSES)
+
+
+@router.post("", status_code=201, response_model=Hold)
+def create_hold(
+    body: HoldCreate,
+    request: Request,
+    who: Principal = Depends(tenant),
+    key: str | None = Depends(idempotency_key),
+) -> JSONResponse:
+    tenant_id = who.tenant_id
+    assert tenant_id is not None
+    lead = request.app.state.settings.default_lead_s
+    return created(
+        request,
+        who=who,
+        key=key,
+        body=body,
+        use_case=lambda session, now: holds.create(
+            session, tenant_id=tenant_id, body=body, now=now, default_lead_s=lead
+        ),
+    )
+
+
+@router.get("", response_model=list[Hold])
+def list_holds(
+    status: list[HoldStatus] | None = Query(default=None),
+    limit: int = Query(default=100, ge=1, le=1000),
+    db: Database = Depends(get_db),
+    who: Principal = Depends(tenant_or_admin),
+) -> list[Hold]:
+    return queries.list_holds(db, tenant_id=who.tenant_id, statuses=status, limit=limit)
+
+
+@router.get("/{hold_id}", response_model=Hold)
+def get_hold(
+    hold_id: str, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
+) -> Hold:
+    with db.read() as session:
+        return holds.get(session, tenant_id=who.tenant_id, hold_id=hold_id)
+
+
+@router.delete("/{hold_id}", response_model=Hold)
+def cancel_hold(
+    hold_id: str,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    who: Principal = Depends(tenant_or_admin),
+) -> Hold:
+    with db.write(placement=True) as session:
+        result = holds.cancel(session, tenant_id=who.tenant_id, hold_id=hold_id, now=clock())
+    return result
+
+
+@router.post("/{hold_id}/claim", status_code=201, response_model=Allocation)
+def claim_hold(
+    hold_id: str,
+    request: Request,
+    body: HoldClaim | None = None,
+    who: Principal = Depends(tenant),
+    key: str | None = Depends(idempotency_key),
+) -> JSONResponse:
+    tenant_id = who.tenant_id
+    assert tenant_id is not None
+    claim = body or HoldClaim()
+    return created(
+        request,
+        who=who,
+        key=key,
+        body=claim,
+        use_case=lambda session, now: (
+            201,
+            allocations.claim_hold(
+                session, tenant_id=tenant_id, hold_id=hold_id, body=claim, now=now
+            ),
+        ),
+    )

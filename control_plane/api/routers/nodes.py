@@ -1,0 +1,93 @@
+"""Node routes: registration, heartbeats, warm-up and task reports (node token), and listings."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from control_plane.api.deps import admin, get_clock, get_db, node_or_admin
+from control_plane.api.errors import ERROR_RESPONSES
+from control_plane.db.engine import Database
+from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.nodes import (
+    Gpu,
+    Heartbeat,
+    HeartbeatReply,
+    Node,
+    NodeRegister,
+    TaskReport,
+    WarmupReport,
+)
+from control_plane.services import holds, nodes, tasks
+from control_plane.services.auth import Principal
+
+router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERROR_RESPONSES)
+
+
+@router.post("/nodes", status_code=201, response_model=Node)
+def register_node(
+    body: NodeRegister,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> Node:
+    return nodes.register(db, body=body, now=clock())
+
+
+@router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)
+def heartbeat(
+    node_id: str,
+    body: Heartbeat | None = None,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> HeartbeatReply:
+    return nodes.heartbeat(db, node_id=node_id, body=body or Heartbeat(), now=clock())
+
+
+@router.post("/nodes/{node_id}/holds/{hold_id}/warmup", response_model=Hold)
+def report_warmup(
+    node_id: str,
+    hold_id: str,
+    body: WarmupReport,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> Hold:
+    with db.write() as session:
+        result = holds.report_warmup(
+            session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
+        )
+    return result
+
+
+@router.post("/nodes/{node_id}/allocations/{allocation_id}/task", response_model=Allocation)
+def report_task(
+    node_id: str,
+    allocation_id: str,
+    body: TaskReport,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> Allocation:
+    with db.write(placement=True) as session:
+        result = tasks.report(
+            session, node_id=node_id, allocation_id=allocation_id, body=body, now=clock()
+        )
+    return result
+
+
+@router.get("/nodes", response_model=list[Node])
+def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) -> list[Node]:
+    return nodes.list_nodes(db)
+
+
+@router.get("/nodes/{node_id}", response_model=Node)
+def get_node(
+    node_id: str, db: Database = Depends(get_db), _: Principal = Depends(node_or_admin)
+) -> Node:
+    return nodes.get_node(db, node_id=node_id)
+
+
+@router.get("/gpus", response_model=list[Gpu])
+def list_gpus(db: Database = Depends(get_db), _: Principal = Depends(admin)) -> list[Gpu]:
+    return nodes.list_gpus(db)

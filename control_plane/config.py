@@ -1,0 +1,86 @@
+"""Control-plane settings: defaults, then a YAML file, then JITGPU_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from control_plane.db.engine import DEFAULT_DATABASE_URL
+
+
+class ConfigError(ValueError):
+    """A settings file or variable is wrong; the message names the file, the key and the rule."""
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    database_url: str = DEFAULT_DATABASE_URL
+    admin_token: str | None = Field(default=None, min_length=16)
+    heartbeat_timeout_s: float = Field(default=15.0, gt=0, le=3600)
+    default_lead_s: int = Field(default=120, ge=0, le=86400)
+    jobs_interval_s: float = Field(default=2.0, gt=0, le=3600)
+    run_jobs: bool = True
+    retention_days: float = Field(default=30.0, gt=0, le=3650)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
+    migrate: bool = True
+
+
+ENV_KEYS = {
+    "JITGPU_HOST": "host",
+    "JITGPU_PORT": "port",
+    "JITGPU_DATABASE_URL": "database_url",
+    "JITGPU_ADMIN_TOKEN": "admin_token",
+    "JITGPU_HEARTBEAT_TIMEOUT_S": "heartbeat_timeout_s",
+    "JITGPU_DEFAULT_LEAD_S": "default_lead_s",
+    "JITGPU_JOBS_INTERVAL_S": "jobs_interval_s",
+    "JITGPU_RUN_JOBS": "run_jobs",
+    "JITGPU_RETENTION_DAYS": "retention_days",
+    "JITGPU_LOG_LEVEL": "log_level",
+}
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        value = item.get("input")
+        lines.append(f"{source}: key {key!r}: {item['msg']} (got {value!r})")
+    return "\n".join(lines)
+
+
+def load_settings(
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> ServerSettings:
+    """Merge file, environment and explicit overrides (in rising precedence) and validate."""
+    data: dict[str, Any] = {}
+    source = "settings"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+        data.update(loaded)
+    environ = os.environ if env is None else env
+    for var, key in ENV_KEYS.items():
+        if environ.get(var):
+            data[key] = environ[var]
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return ServerSettings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None

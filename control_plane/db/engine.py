@@ -1,0 +1,114 @@
+"""Engines and transactions for SQLite (default, WAL) and PostgreSQL; the only place they differ."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlmodel import Session
+
+DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
+
+# Key of the PostgreSQL transaction-level advisory lock that serialises placement decisions.
+# Best fit is deterministic, so two concurrent placements would pick the same GPUs and one
+# would fail on the unique index; taking turns is cheaper than retrying.
+PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
+
+SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class DatabaseConfigError(ValueError):
+    """The database URL or a database setting is not usable; the message says which."""
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain postgresql:// URLs and point them at the psycopg 3 driver."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _sqlite_engine(url: str, synchronous: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=8,
+        max_overflow=24,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        # pysqlite's own transaction handling defers BEGIN; we emit BEGIN ourselves so that
+        # writers can take the write lock up front (BEGIN IMMEDIATE) and never deadlock.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+class Database:
+    """One engine plus the two kinds of transaction the services use: read and write."""
+
+    def __init__(self, url: str | None = None) -> None:
+        raw = url or os.environ.get("JITGPU_DATABASE_URL") or DEFAULT_DATABASE_URL
+        self.url = normalise_url(raw)
+        if self.url.startswith("sqlite"):
+            synchronous = os.environ.get("JITGPU_SQLITE_SYNCHRONOUS", "NORMAL").upper()
+            if synchronous not in SQLITE_SYNCHRONOUS:
+                raise DatabaseConfigError(
+                    f"JITGPU_SQLITE_SYNCHRONOUS={synchronous!r}: allowed values are "
+                    + ", ".join(SQLITE_SYNCHRONOUS)
+                )
+            self.is_sqlite = True
+            self.engine = _sqlite_engine(self.url, synchronous)
+            self._write_bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        elif self.url.startswith("postgresql"):
+            self.is_sqlite = False
+            self.engine = create_engine(
+                self.url, pool_size=10, max_overflow=30, pool_pre_ping=True, pool_recycle=1800
+            )
+            self._write_bind = self.engine
+        else:
+            raise DatabaseConfigError(
+                f"database URL {raw!r}: allowed schemes are sqlite:/// and postgresql+psycopg://"
+            )
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only transaction (a consistent snapshot; never takes the write lock)."""
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write(self, *, placement: bool = False) -> Iterator[Session]:
+        """One use case's transaction: committed when the block ends, rolled back on error.
+
+        On SQLite the write lock is taken at BEGIN, so the whole use case is serialised.
+        On PostgreSQL `placement=True` takes the placement advisory lock for the transaction.
+        """
+        with Session(self._write_bind, expire_on_commit=False) as session, session.begin():
+            if placement and not self.is_sqlite:
+                session.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}
+                )
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,56 @@
+"""Leader lease: which replica runs the periodic jobs; a dead leader's lease runs out."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
+
+from control_plane.db.engine import Database
+from control_plane.db.models import LeaseRow
+
+log = logging.getLogger("jitgpu.jobs")
+
+JOBS_LEASE = "jobs"
+
+
+def acquire(db: Database, *, holder: str, now: float, ttl_s: float, name: str = JOBS_LEASE) -> bool:
+    """Take or renew the lease; True if `holder` holds it until now + ttl_s.
+
+    Renewal and takeover are one conditional UPDATE, so two replicas can never both win.
+    """
+    with db.write() as session:
+        result = session.execute(
+            update(LeaseRow)
+            .where(col(LeaseRow.name) == name)
+            .where((col(LeaseRow.holder) == holder) | (col(LeaseRow.expires_at) < now))
+            .values(holder=holder, expires_at=now + ttl_s)
+        )
+        if result.rowcount == 1:
+            return True
+        if session.get(LeaseRow, name) is not None:
+            return False
+    try:
+        with db.write() as session:
+            session.add(LeaseRow(name=name, holder=holder, expires_at=now + ttl_s))
+        return True
+    except IntegrityError:
+        return False  # another replica created it first
+
+
+def holder_of(db: Database, *, name: str = JOBS_LEASE) -> tuple[str, float] | None:
+    with db.read() as session:
+        row = session.get(LeaseRow, name)
+        return None if row is None else (row.holder, row.expires_at)
+
+
+def release(db: Database, *, holder: str, name: str = JOBS_LEASE) -> None:
+    """Give the lease up on a clean shutdown so another replica takes over at once."""
+    with db.write() as session:
+        session.execute(
+            update(LeaseRow)
+            .where(col(LeaseRow.name) == name, col(LeaseRow.holder) == holder)
+            .values(expires_at=0.0)
+        )

@@ -1,0 +1,91 @@
+"""Run a creating use case once per Idempotency-Key: same key and body, same answer, one effect."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, delete, select
+
+from control_plane.db.engine import Database
+from control_plane.db.models import IdempotencyRow
+from control_plane.services.errors import Conflict, Invalid
+
+MAX_KEY_LEN = 128
+RETRIES = 3
+
+UseCase = Callable[[Session], tuple[int, BaseModel]]
+
+
+def request_hash(method: str, path: str, body: BaseModel) -> str:
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{method} {path}\n{canonical}".encode()).hexdigest()
+
+
+def run(
+    db: Database,
+    *,
+    owner: str,
+    key: str | None,
+    fingerprint: str,
+    now: float,
+    use_case: UseCase,
+    placement: bool = True,
+) -> tuple[int, dict[str, Any]]:
+    """One transaction: look the key up, else run the use case and store its answer with it.
+
+    The stored answer commits with the effect, so a crash can never leave one without the
+    other. A concurrent twin loses on the unique (owner, key) index and then reads the
+    winner's answer on its retry.
+    """
+    if key is not None and not (0 < len(key) <= MAX_KEY_LEN):
+        raise Invalid(
+            f"Idempotency-Key must be 1 to {MAX_KEY_LEN} characters", field="Idempotency-Key"
+        )
+    for attempt in range(RETRIES):
+        try:
+            with db.write(placement=placement) as session:
+                if key is not None:
+                    prior = session.exec(
+                        select(IdempotencyRow).where(
+                            IdempotencyRow.principal == owner, IdempotencyRow.key == key
+                        )
+                    ).first()
+                    if prior is not None:
+                        if prior.request_hash != fingerprint:
+                            raise Conflict(
+                                "this Idempotency-Key was used with a different request",
+                                code="idempotency_key_reused",
+                                field="Idempotency-Key",
+                            )
+                        return prior.status_code, json.loads(prior.body)
+                status, model = use_case(session)
+                body = model.model_dump(mode="json")
+                if key is not None:
+                    session.add(
+                        IdempotencyRow(
+                            principal=owner,
+                            key=key,
+                            request_hash=fingerprint,
+                            status_code=status,
+                            body=json.dumps(body),
+                            created_at=now,
+                        )
+                    )
+            return status, body
+        except IntegrityError:
+            if attempt == RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def prune(db: Database, *, older_than: float) -> int:
+    with db.write() as session:
+        result = session.execute(
+            delete(IdempotencyRow).where(col(IdempotencyRow.created_at) < older_than)
+        )
+        return int(result.rowcount or 0)

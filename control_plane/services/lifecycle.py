@@ -1,0 +1,124 @@
+"""Shared state-change steps inside a transaction: assign GPUs, end holds and allocations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlmodel import Session, col, select, update
+
+from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow, TenantRow
+from control_plane.scheduling.fairshare import DecayedUsage
+from control_plane.scheduling.transitions import check_transition
+from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
+from control_plane.services.events import move, record
+
+
+def assign(
+    session: Session,
+    *,
+    gpus: Sequence[tuple[str, str]],
+    now: float,
+    hold_id: str | None = None,
+    allocation_id: str | None = None,
+) -> None:
+    """Set GPUs aside; `gpus` is (uuid, node_id) pairs. The unique index refuses a double."""
+    session.add_all(
+        AssignmentRow(
+            gpu_uuid=uuid,
+            node_id=node_id,
+            hold_id=hold_id,
+            allocation_id=allocation_id,
+            started_at=now,
+        )
+        for uuid, node_id in gpus
+    )
+
+
+def end_assignments(
+    session: Session, *, now: float, hold_id: str | None = None, allocation_id: str | None = None
+) -> None:
+    stmt = update(AssignmentRow).where(col(AssignmentRow.ended_at).is_(None))
+    if hold_id is not None:
+        stmt = stmt.where(col(AssignmentRow.hold_id) == hold_id)
+    if allocation_id is not None:
+        stmt = stmt.where(col(AssignmentRow.allocation_id) == allocation_id)
+    session.execute(stmt.values(ended_at=now))
+
+
+def hold_idle_gpu_s(hold: HoldRow, until: float) -> float:
+    """GPU-seconds a hold kept its GPUs from anyone while no job of its tenant used them."""
+    if hold.placed_at is None:
+        return 0.0
+    return max(0.0, until - hold.placed_at) * hold.gpu_count
+
+
+def end_hold(
+    session: Session, hold: HoldRow, status: HoldStatus, *, now: float, reason: str | None = None
+) -> None:
+    move(session, hold, "hold", status.value, now=now, reason=reason)
+    hold.ended_at = now
+    hold.idle_gpu_s = hold_idle_gpu_s(hold, now)
+    if reason:
+        hold.reason = reason
+    if status != HoldStatus.CLAIMED:
+        end_assignments(session, now=now, hold_id=hold.id)
+
+
+def end_allocation(
+    session: Session,
+    alloc: AllocationRow,
+    status: AllocationStatus,
+    *,
+    now: float,
+    reason: str | None = None,
+) -> None:
+    move(session, alloc, "allocation", status.value, now=now, reason=reason)
+    alloc.released_at = now
+    if reason:
+        alloc.reason = reason
+    end_assignments(session, now=now, allocation_id=alloc.id)
+    if alloc.allocated_at is not None:
+        _charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
+
+
+def _charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
+    """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
+    tenant = session.get(TenantRow, tenant_id)
+    if tenant is None or gpu_seconds <= 0:
+        return
+    usage = DecayedUsage(tenant.usage_gpu_s, tenant.usage_at).charge(gpu_seconds, now)
+    tenant.usage_gpu_s, tenant.usage_at = usage.value, usage.at
+
+
+def move_node(
+    session: Session, node: NodeRow, status: NodeStatus, *, now: float, reason: str | None = None
+) -> None:
+    check_transition("node", node.status, status.value)
+    record(
+        session,
+        kind="node",
+        object_id=node.id,
+        from_state=node.status,
+        to_state=status.value,
+        at=now,
+        reason=reason,
+    )
+    node.status = status.value
+
+
+def fail_gpu_owners(session: Session, uuids: Iterable[str], *, now: float, reason: str) -> None:
+    """Whatever holds these GPUs is broken: holds fail, allocations are lost."""
+    uuids = list(uuids)
+    if not uuids:
+        return
+    owners = session.exec(
+        select(AssignmentRow.hold_id, AssignmentRow.allocation_id).where(
+            col(AssignmentRow.ended_at).is_(None), col(AssignmentRow.gpu_uuid).in_(uuids)
+        )
+    ).all()
+    alloc_ids = {a for _, a in owners if a}
+    hold_ids = {h for h, a in owners if h and not a}
+    for alloc in session.exec(select(AllocationRow).where(col(AllocationRow.id).in_(alloc_ids))):
+        end_allocation(session, alloc, AllocationStatus.LOST, now=now, reason=reason)
+    for hold in session.exec(select(HoldRow).where(col(HoldRow.id).in_(hold_ids))):
+        end_hold(session, hold, HoldStatus.FAILED, now=now, reason=reason)

@@ -1,0 +1,277 @@
+"""Node agents: registration, heartbeats (telemetry only) and the desired state they pull."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from sqlmodel import Session, col, select
+
+from control_plane.db.engine import Database
+from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, NodeRow
+from control_plane.schemas.common import utc_from_epoch
+from control_plane.schemas.enums import NodeStatus
+from control_plane.schemas.nodes import (
+    Gpu,
+    Heartbeat,
+    HeartbeatReply,
+    Node,
+    NodeAssignment,
+    NodeRegister,
+)
+from control_plane.services import lifecycle
+from control_plane.services.errors import Conflict, NotFound
+from control_plane.services.events import record
+from control_plane.services.ids import new_id
+
+
+def _node_or_404(session: Session, node_id: str) -> NodeRow:
+    node = session.get(NodeRow, node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} not found")
+    return node
+
+
+def register(db: Database, *, body: NodeRegister, now: float) -> Node:
+    """Create the node, or update it in place when its name is known (GPUs never duplicate)."""
+    uuids = [g.uuid for g in body.gpus]
+    if len(set(uuids)) != len(uuids):
+        raise Conflict(
+            "the same GPU uuid appears twice in gpus", code="duplicate_gpu", field="gpus"
+        )
+    with db.write(placement=True) as session:
+        node = session.exec(select(NodeRow).where(NodeRow.name == body.name)).first()
+        if node is None:
+            node = NodeRow(
+                id=new_id("node"),
+                name=body.name,
+                spine=body.spine,
+                leaf=body.leaf,
+                status=NodeStatus.REGISTERING.value,
+                registered_at=now,
+            )
+            session.add(node)
+            record(
+                session,
+                kind="node",
+                object_id=node.id,
+                to_state=node.status,
+                at=now,
+                reason="registered",
+            )
+        node.spine, node.leaf = body.spine, body.leaf
+        node.agent_version = body.agent_version
+        node.last_heartbeat_at = now
+        session.flush()
+        _sync_gpus(session, node, body, now)
+        if node.status != NodeStatus.ONLINE.value:
+            lifecycle.move_node(session, node, NodeStatus.ONLINE, now=now, reason="registration")
+        session.flush()
+        return _node_views(session, [node])[0]
+
+
+def _sync_gpus(session: Session, node: NodeRow, body: NodeRegister, now: float) -> None:
+    existing = {
+        g.uuid: g
+        for g in session.exec(
+            select(GpuRow).where(col(GpuRow.uuid).in_([g.uuid for g in body.gpus]))
+        ).all()
+    }
+    for spec in body.gpus:
+        gpu = existing.get(spec.uuid)
+        if gpu is None:
+            session.add(
+                GpuRow(
+                    uuid=spec.uuid,
+                    node_id=node.id,
+                    index=spec.index,
+                    model=spec.model,
+                    memory_mb=spec.memory_mb,
+                )
+            )
+            continue
+        if gpu.node_id != node.id:
+            # The GPU moved hosts: whatever it held on the old node is gone.
+            lifecycle.fail_gpu_owners(
+                session, [gpu.uuid], now=now, reason=f"GPU moved to node {node.name}"
+            )
+        gpu.node_id, gpu.index, gpu.model = node.id, spec.index, spec.model
+        gpu.memory_mb, gpu.present = spec.memory_mb, True
+    gone = session.exec(
+        select(GpuRow).where(
+            GpuRow.node_id == node.id,
+            col(GpuRow.present).is_(True),
+            col(GpuRow.uuid).not_in([g.uuid for g in body.gpus]),
+        )
+    ).all()
+    for gpu in gone:
+        gpu.present = False
+    if gone:
+        lifecycle.fail_gpu_owners(
+            session, [g.uuid for g in gone], now=now, reason="GPU no longer reported by its node"
+        )
+
+
+def heartbeat(db: Database, *, node_id: str, body: Heartbeat, now: float) -> HeartbeatReply:
+    """Store telemetry and health; never touch assignment state. Reply with desired state."""
+    with db.write() as session:
+        node = _node_or_404(session, node_id)
+        node.last_heartbeat_at = now
+        node.telemetry_json = json.dumps(
+            {
+                "host": body.host.model_dump(exclude_none=True) if body.host else {},
+                "gpus": {
+                    g.uuid: g.model_dump(exclude={"uuid", "healthy", "reason"}, exclude_none=True)
+                    for g in body.gpus
+                },
+            }
+        )
+        reported = {g.uuid: g for g in body.gpus}
+        if reported:
+            gpus = session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all()
+            for gpu in gpus:
+                report = reported.get(gpu.uuid)
+                if report is not None and report.healthy != gpu.healthy:
+                    gpu.healthy = report.healthy
+                    gpu.health_reason = None if report.healthy else (report.reason or "unhealthy")
+                    record(
+                        session,
+                        kind="gpu",
+                        object_id=gpu.uuid,
+                        at=now,
+                        to_state="healthy" if report.healthy else "unhealthy",
+                        reason=gpu.health_reason,
+                    )
+        if body.draining and node.status == NodeStatus.ONLINE.value:
+            lifecycle.move_node(session, node, NodeStatus.DRAINING, now=now, reason="agent drain")
+        elif not body.draining and node.status in (
+            NodeStatus.OFFLINE.value,
+            NodeStatus.REGISTERING.value,
+        ):
+            lifecycle.move_node(session, node, NodeStatus.ONLINE, now=now, reason="heartbeat")
+        return HeartbeatReply(
+            node_id=node.id,
+            status=NodeStatus(node.status),
+            assignments=desired_state(session, node.id),
+        )
+
+
+def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
+    """What the node must keep: active holds to warm/keep, allocations (and their commands)."""
+    rows = session.exec(
+        select(AssignmentRow.gpu_uuid, AssignmentRow.hold_id, AssignmentRow.allocation_id)
+        .where(AssignmentRow.node_id == node_id, col(AssignmentRow.ended_at).is_(None))
+        .order_by(col(AssignmentRow.id))
+    ).all()
+    by_alloc: dict[str, list[str]] = defaultdict(list)
+    by_hold: dict[str, list[str]] = defaultdict(list)
+    for uuid, hold_id, allocation_id in rows:
+        if allocation_id:
+            by_alloc[allocation_id].append(uuid)
+        elif hold_id:
+            by_hold[hold_id].append(uuid)
+    out: list[NodeAssignment] = []
+    if by_hold:
+        for hold in session.exec(select(HoldRow).where(col(HoldRow.id).in_(list(by_hold)))):
+            out.append(
+                NodeAssignment(
+                    kind="hold",
+                    id=hold.id,
+                    status=hold.status,
+                    gpu_uuids=by_hold[hold.id],
+                    warmup=hold.warmup,
+                    expires_at=utc_from_epoch(hold.expires_at),
+                )
+            )
+    if by_alloc:
+        allocs = session.exec(
+            select(AllocationRow).where(col(AllocationRow.id).in_(list(by_alloc)))
+        )
+        for alloc in allocs:
+            out.append(
+                NodeAssignment(
+                    kind="allocation",
+                    id=alloc.id,
+                    status=alloc.status,
+                    gpu_uuids=by_alloc[alloc.id],
+                    command=json.loads(alloc.command_json) if alloc.command_json else None,
+                    expires_at=utc_from_epoch(alloc.expires_at),
+                )
+            )
+    return out
+
+
+def _node_views(session: Session, nodes: list[NodeRow]) -> list[Node]:
+    if not nodes:
+        return []
+    ids = [n.id for n in nodes]
+    gpus = session.exec(
+        select(GpuRow)
+        .where(col(GpuRow.node_id).in_(ids), col(GpuRow.present).is_(True))
+        .order_by(col(GpuRow.node_id), col(GpuRow.index), col(GpuRow.uuid))
+    ).all()
+    owners = _owners(session, [g.uuid for g in gpus])
+    by_node: dict[str, list[GpuRow]] = defaultdict(list)
+    for gpu in gpus:
+        by_node[gpu.node_id].append(gpu)
+    out = []
+    for node in nodes:
+        telemetry = json.loads(node.telemetry_json) if node.telemetry_json else {}
+        gpu_tel = telemetry.get("gpus", {})
+        out.append(
+            Node(
+                id=node.id,
+                name=node.name,
+                spine=node.spine,
+                leaf=node.leaf,
+                status=NodeStatus(node.status),
+                registered_at=utc_from_epoch(node.registered_at),
+                last_heartbeat_at=utc_from_epoch(node.last_heartbeat_at),
+                host=telemetry.get("host", {}),
+                gpus=[
+                    _gpu_view(g, node, owners.get(g.uuid), gpu_tel.get(g.uuid, {}))
+                    for g in by_node[node.id]
+                ],
+            )
+        )
+    return out
+
+
+def _owners(session: Session, uuids: list[str]) -> dict[str, str]:
+    if not uuids:
+        return {}
+    rows = session.exec(
+        select(AssignmentRow.gpu_uuid, AssignmentRow.hold_id, AssignmentRow.allocation_id).where(
+            col(AssignmentRow.ended_at).is_(None), col(AssignmentRow.gpu_uuid).in_(uuids)
+        )
+    ).all()
+    return {uuid: (alloc or hold) for uuid, hold, alloc in rows}
+
+
+def _gpu_view(gpu: GpuRow, node: NodeRow, owner: str | None, telemetry: dict) -> Gpu:
+    return Gpu(
+        uuid=gpu.uuid,
+        node_id=node.id,
+        node=node.name,
+        index=gpu.index,
+        model=gpu.model,
+        memory_mb=gpu.memory_mb,
+        healthy=gpu.healthy,
+        assigned_to=owner,
+        telemetry=telemetry,
+    )
+
+
+def list_nodes(db: Database) -> list[Node]:
+    with db.read() as session:
+        nodes = list(session.exec(select(NodeRow).order_by(col(NodeRow.name))).all())
+        return _node_views(session, nodes)
+
+
+def get_node(db: Database, *, node_id: str) -> Node:
+    with db.read() as session:
+        return _node_views(session, [_node_or_404(session, node_id)])[0]
+
+
+def list_gpus(db: Database) -> list[Gpu]:
+    return [gpu for node in list_nodes(db) for gpu in node.gpus]

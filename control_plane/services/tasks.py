@@ -1,0 +1,42 @@
+"""Tasks: an allocation's command run by the node agent; its exit releases the GPUs."""
+
+from __future__ import annotations
+
+from sqlmodel import Session
+
+from control_plane.db.models import AllocationRow
+from control_plane.schemas.allocations import Allocation
+from control_plane.schemas.enums import AllocationStatus, TaskStatus
+from control_plane.schemas.nodes import TaskReport
+from control_plane.services import lifecycle
+from control_plane.services.allocations import schedule_pending
+from control_plane.services.errors import NotFound
+from control_plane.services.views import allocation_view
+
+FINAL = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
+
+
+def report(
+    session: Session, *, node_id: str, allocation_id: str, body: TaskReport, now: float
+) -> Allocation:
+    alloc = session.get(AllocationRow, allocation_id)
+    gpus = allocation_view(session, alloc).gpus if alloc is not None else []
+    if alloc is None or not any(g.node_id == node_id for g in gpus):
+        raise NotFound(f"allocation {allocation_id} not found on node {node_id}")
+    alloc.task_status = body.status.value
+    if body.exit_code is not None:
+        alloc.exit_code = body.exit_code
+    if body.output_tail is not None:
+        alloc.output_tail = body.output_tail
+    if body.status in FINAL and alloc.status == AllocationStatus.ALLOCATED.value:
+        lifecycle.end_allocation(
+            session,
+            alloc,
+            AllocationStatus.RELEASED,
+            now=now,
+            reason=f"task {body.status.value} (exit {body.exit_code})",
+        )
+        session.flush()
+        schedule_pending(session, now=now)
+    session.flush()
+    return allocation_view(session, alloc)

@@ -1,0 +1,139 @@
+"""Rows to wire models, batching the GPU look-ups so that a list is a fixed number of queries."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import or_
+from sqlmodel import Session, col, select
+
+from control_plane.db.models import (
+    AllocationRow,
+    AssignmentRow,
+    GpuRow,
+    HoldRow,
+    NodeRow,
+    TenantRow,
+)
+from control_plane.schemas.allocations import Allocation, AssignedGpu, Hold
+from control_plane.schemas.common import utc_from_epoch
+from control_plane.schemas.tenants import Tenant
+
+
+def tenant_view(row: TenantRow) -> Tenant:
+    return Tenant(
+        id=row.id,
+        name=row.name,
+        quota_gpus=row.quota_gpus,
+        burst_gpus=row.burst_gpus,
+        weight=row.weight,
+        created_at=utc_from_epoch(row.created_at),
+    )
+
+
+def _gpus_by_owner(
+    session: Session, *, hold_ids: Sequence[str] = (), allocation_ids: Sequence[str] = ()
+) -> dict[str, list[AssignedGpu]]:
+    """GPUs of each hold/allocation; an ended assignment still names the GPUs it had."""
+    if not hold_ids and not allocation_ids:
+        return {}
+    conditions = []
+    if hold_ids:
+        conditions.append(col(AssignmentRow.hold_id).in_(hold_ids))
+    if allocation_ids:
+        conditions.append(col(AssignmentRow.allocation_id).in_(allocation_ids))
+    rows = session.exec(
+        select(AssignmentRow, GpuRow.index, NodeRow.name)
+        .join(GpuRow, col(GpuRow.uuid) == col(AssignmentRow.gpu_uuid))
+        .join(NodeRow, col(NodeRow.id) == col(AssignmentRow.node_id))
+        .where(or_(*conditions))
+        .order_by(col(AssignmentRow.id))
+    ).all()
+    hold_set, alloc_set = set(hold_ids), set(allocation_ids)
+    out: dict[str, list[AssignedGpu]] = defaultdict(list)
+    for assignment, index, node_name in rows:
+        gpu = AssignedGpu(
+            uuid=assignment.gpu_uuid, node=node_name, node_id=assignment.node_id, index=index
+        )
+        if assignment.allocation_id in alloc_set:
+            out[assignment.allocation_id].append(gpu)
+        if assignment.hold_id in hold_set:
+            out[assignment.hold_id].append(gpu)
+    return out
+
+
+def allocation_views(session: Session, rows: Sequence[AllocationRow]) -> list[Allocation]:
+    gpus = _gpus_by_owner(session, allocation_ids=[r.id for r in rows])
+    return [_allocation(row, gpus.get(row.id, [])) for row in rows]
+
+
+def allocation_view(session: Session, row: AllocationRow) -> Allocation:
+    return allocation_views(session, [row])[0]
+
+
+def _allocation(row: AllocationRow, gpus: list[AssignedGpu]) -> Allocation:
+    ttg = None if row.ready_at is None else max(0.0, row.ready_at - row.requested_at)
+    return Allocation(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        status=row.status,
+        gpu_count=row.gpu_count,
+        gpu_model=row.gpu_model,
+        gpus=gpus,
+        hold_id=row.hold_id,
+        warm=row.warm,
+        time_to_gpu_s=ttg,
+        requested_at=utc_from_epoch(row.requested_at),
+        allocated_at=utc_from_epoch(row.allocated_at),
+        ready_at=utc_from_epoch(row.ready_at),
+        released_at=utc_from_epoch(row.released_at),
+        expires_at=utc_from_epoch(row.expires_at),
+        lease_s=row.lease_s,
+        strategy=row.strategy,
+        job_class=row.job_class,
+        label=row.label,
+        command=json.loads(row.command_json) if row.command_json else None,
+        task_status=row.task_status,
+        exit_code=row.exit_code,
+        output_tail=row.output_tail,
+        reason=row.reason,
+        preempted_holds=json.loads(row.preempted_json) if row.preempted_json else [],
+    )
+
+
+def hold_views(session: Session, rows: Sequence[HoldRow]) -> list[Hold]:
+    gpus = _gpus_by_owner(session, hold_ids=[r.id for r in rows])
+    return [_hold(row, gpus.get(row.id, [])) for row in rows]
+
+
+def hold_view(session: Session, row: HoldRow) -> Hold:
+    return hold_views(session, [row])[0]
+
+
+def _hold(row: HoldRow, gpus: list[AssignedGpu]) -> Hold:
+    return Hold(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        status=row.status,
+        gpu_count=row.gpu_count,
+        gpu_model=row.gpu_model,
+        gpus=gpus,
+        start_at=utc_from_epoch(row.start_at),
+        ttl_s=row.ttl_s,
+        lead_s=row.lead_s,
+        expires_at=utc_from_epoch(row.expires_at),
+        confidence=row.confidence,
+        source=row.source,
+        warmup=row.warmup,
+        strategy=row.strategy,
+        label=row.label,
+        created_at=utc_from_epoch(row.created_at),
+        placed_at=utc_from_epoch(row.placed_at),
+        ready_at=utc_from_epoch(row.ready_at),
+        warmup_s=row.warmup_s,
+        ended_at=utc_from_epoch(row.ended_at),
+        allocation_id=row.allocation_id,
+        reason=row.reason,
+    )

@@ -1,0 +1,106 @@
+"""`jitgpu admin ...`: tenants, API keys, node tokens, server-side policies, nodes and GPUs."""
+
+from __future__ import annotations
+
+import typer
+
+from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
+
+admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
+
+TENANT_COLUMNS = (
+    ("id", lambda t: t.id),
+    ("name", lambda t: t.name),
+    ("quota", lambda t: t.quota_gpus),
+    ("burst", lambda t: t.burst_gpus),
+    ("weight", lambda t: t.weight),
+)
+NODE_COLUMNS = (
+    ("id", lambda n: n.id),
+    ("name", lambda n: n.name),
+    ("status", lambda n: n.status.value),
+    ("leaf", lambda n: f"{n.spine}/{n.leaf}"),
+    ("gpus", lambda n: len(n.gpus)),
+    ("in use", lambda n: sum(1 for g in n.gpus if g.assigned_to)),
+    ("unhealthy", lambda n: sum(1 for g in n.gpus if not g.healthy)),
+    ("last heartbeat", lambda n: n.last_heartbeat_at),
+)
+
+
+@admin_app.command("tenant-create")
+def tenant_create(
+    name: str,
+    quota: int = typer.Option(..., "--quota", min=0),
+    burst: int = typer.Option(0, "--burst", min=0),
+    with_key: bool = typer.Option(
+        True, "--key/--no-key", help="Also mint an API key (shown once)."
+    ),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Create a tenant (and, by default, its first API key)."""
+    with client(server, token) as c:
+        tenant = c.create_tenant(name, quota_gpus=quota, burst_gpus=burst)
+        key = c.create_api_key(tenant.id) if with_key else None
+    emit(tenant, as_json=as_json, columns=TENANT_COLUMNS)
+    if key is not None and not as_json:
+        console.print(f"API key (shown once): [bold]{key.key}[/bold]")
+    elif key is not None:
+        print(key.model_dump_json())
+
+
+@admin_app.command("key-create")
+def key_create(
+    tenant_id: str,
+    label: str | None = typer.Option(None),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Mint an API key for a tenant; the secret is printed once."""
+    with client(server, token) as c:
+        print(c.create_api_key(tenant_id, label=label).key)
+
+
+@admin_app.command("node-token")
+def node_token(
+    label: str | None = typer.Option(None),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Mint a node token for `jitgpu node --token`; printed once."""
+    with client(server, token) as c:
+        print(c.create_node_token(label=label).key)
+
+
+@admin_app.command("nodes")
+def nodes(
+    server: str | None = ServerOpt, token: str | None = TokenOpt, as_json: bool = JsonOpt
+) -> None:
+    """List nodes with their GPU counts and health."""
+    with client(server, token) as c:
+        emit(c.list_nodes(), as_json=as_json, columns=NODE_COLUMNS, title="nodes")
+
+
+@admin_app.command("policy-set")
+def policy_set(
+    tenant_id: str,
+    max_held_gpus: int = typer.Option(..., min=0),
+    max_idle_gpu_hours_per_day: float = typer.Option(8.0, min=0),
+    max_hold_ttl_s: int = typer.Option(3600, min=1),
+    allowed_warmup: list[str] | None = typer.Option(None, "--allowed-warmup"),
+    holds_may_preempt_holds: bool = typer.Option(False),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Set a tenant's server-side speculative budget."""
+    with client(server, token) as c:
+        info = c.put_policy(
+            tenant_id,
+            max_held_gpus=max_held_gpus,
+            max_idle_gpu_hours_per_day=max_idle_gpu_hours_per_day,
+            max_hold_ttl_s=max_hold_ttl_s,
+            allowed_warmups=allowed_warmup or None,
+            holds_may_preempt_holds=holds_may_preempt_holds,
+        )
+    print(info.model_dump_json(indent=2))

@@ -1,0 +1,230 @@
+"""Python client for the jitgpu REST API, sync (`Client`) and async (`AsyncClient`).
+
+Creating calls carry an Idempotency-Key (one is made per call when none is given), so the
+client may retry them after a lost answer without ever allocating twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.enums import HoldStatus
+from smart_agent.client_calls import ApiCalls, Call
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+RETRY_STATUSES = frozenset({502, 503, 504})
+READY_OR_DONE = {s.value for s in HoldStatus} - {"requested", "placed", "warming"}
+
+
+class JitgpuError(Exception):
+    """The server refused or failed a call; `code` and `field` come from its JSON error body."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class ConnectionFailed(JitgpuError):
+    def __init__(self, message: str):
+        super().__init__(0, "connection_failed", message)
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 4
+    base_s: float = 0.2
+    max_s: float = 5.0
+    jitter: Callable[[], float] = field(default=random.random)
+
+    def delay(self, attempt: int) -> float:
+        # Exponential backoff with full jitter keeps many agents from retrying in step.
+        return min(self.max_s, self.base_s * 2**attempt) * (0.5 + self.jitter() / 2)
+
+
+def _settings(server: str | None, token: str | None) -> tuple[str, str | None]:
+    server = server or os.environ.get("JITGPU_SERVER") or DEFAULT_SERVER
+    token = token or os.environ.get("JITGPU_TOKEN")
+    return server.rstrip("/"), token
+
+
+def _error(response: httpx.Response) -> JitgpuError:
+    try:
+        detail = response.json()["error"]
+        return JitgpuError(
+            response.status_code,
+            detail.get("code", "error"),
+            detail.get("message", ""),
+            detail.get("field"),
+        )
+    except (ValueError, KeyError, TypeError):
+        return JitgpuError(response.status_code, "http_error", response.text[:200])
+
+
+def _prepare(call: Call) -> tuple[dict[str, str], Any]:
+    headers = {}
+    if call.idempotent_post:
+        headers["Idempotency-Key"] = call.idempotency_key or uuid.uuid4().hex
+    return headers, call.body
+
+
+class Client(ApiCalls):
+    """Blocking client. `Client(server, token)`; both default to JITGPU_SERVER/JITGPU_TOKEN."""
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server, token = _settings(server, token)
+        self.retry = retry or RetryPolicy()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.server, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: Call) -> Any:
+        headers, body = _prepare(call)
+        last: Exception | None = None
+        for attempt in range(self.retry.attempts):
+            try:
+                response = self._http.request(
+                    call.method, call.path, json=body, params=call.params, headers=headers
+                )
+            except httpx.TransportError as exc:
+                last = exc
+            else:
+                if response.status_code not in RETRY_STATUSES:
+                    if response.is_error:
+                        raise _error(response)
+                    return call.parse(response.json())
+                last = _error(response)
+            if attempt == self.retry.attempts - 1:
+                break
+            time.sleep(self.retry.delay(attempt))
+        if isinstance(last, JitgpuError):
+            raise last
+        raise ConnectionFailed(f"cannot reach {self.server}: {last}")
+
+    def wait_until_ready(
+        self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
+    ) -> Hold:
+        """Poll a hold until it is ready (or has ended); TimeoutError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            hold = self.get_hold(hold_id)
+            if hold.status in READY_OR_DONE:
+                return hold
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
+            time.sleep(poll_s)
+
+    def wait_until_allocated(
+        self, allocation_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
+    ) -> Allocation:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alloc = self.get_allocation(allocation_id)
+            if alloc.status != "pending":
+                return alloc
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"allocation {allocation_id} still pending after {timeout_s}s")
+            time.sleep(poll_s)
+
+
+class AsyncClient(ApiCalls):
+    """The same calls as `Client`, awaitable."""
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.server, token = _settings(server, token)
+        self.retry = retry or RetryPolicy()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.server, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: Call) -> Any:  # type: ignore[override]
+        headers, body = _prepare(call)
+        last: Exception | None = None
+        for attempt in range(self.retry.attempts):
+            try:
+                response = await self._http.request(
+                    call.method, call.path, json=body, params=call.params, headers=headers
+                )
+            except httpx.TransportError as exc:
+                last = exc
+            else:
+                if response.status_code not in RETRY_STATUSES:
+                    if response.is_error:
+                        raise _error(response)
+                    return call.parse(response.json())
+                last = _error(response)
+            if attempt == self.retry.attempts - 1:
+                break
+            await asyncio.sleep(self.retry.delay(attempt))
+        if isinstance(last, JitgpuError):
+            raise last
+        raise ConnectionFailed(f"cannot reach {self.server}: {last}")
+
+    async def wait_until_ready(
+        self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
+    ) -> Hold:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            hold = await self.get_hold(hold_id)  # type: ignore[misc]
+            if hold.status in READY_OR_DONE:
+                return hold
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
+            await asyncio.sleep(poll_s)
+
+
+def iso(value: datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value).astimezone().isoformat()
+    return value.isoformat()

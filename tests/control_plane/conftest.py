@@ -1,0 +1,84 @@
+"""Fixtures for service tests through the real ASGI app on both databases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from fastapi.testclient import TestClient
+
+from control_plane.api.app import create_app
+from control_plane.config import ServerSettings
+from control_plane.db.engine import Database
+from tests.conftest import ADMIN_TOKEN, FakeClock
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@dataclass
+class Api:
+    """The test client plus shortcuts for the set-up every test repeats."""
+
+    http: TestClient
+    clock: FakeClock
+
+    def tenant(self, name: str = "team-a", quota: int = 8, **extra: object) -> tuple[str, dict]:
+        r = self.http.post(
+            "/v1/tenants", json={"name": name, "quota_gpus": quota, **extra}, headers=ADMIN
+        )
+        assert r.status_code == 201, r.text
+        tenant_id = r.json()["id"]
+        k = self.http.post(f"/v1/tenants/{tenant_id}/api-keys", headers=ADMIN)
+        assert k.status_code == 201, k.text
+        return tenant_id, {"Authorization": f"Bearer {k.json()['key']}"}
+
+    def node(
+        self,
+        name: str = "node-1",
+        gpus: int = 8,
+        model: str = "A100",
+        leaf: str = "leaf0",
+        spine: str = "spine0",
+    ) -> dict:
+        body = {
+            "name": name,
+            "spine": spine,
+            "leaf": leaf,
+            "gpus": [
+                {"uuid": f"GPU-{name}-{i}", "model": model, "memory_mb": 81920, "index": i}
+                for i in range(gpus)
+            ],
+        }
+        r = self.http.post("/v1/nodes", json=body, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def policy(self, tenant_id: str, **values: object) -> dict:
+        current = self.http.get(f"/v1/policies/{tenant_id}", headers=ADMIN).json()
+        body = {
+            k: current[k]
+            for k in (
+                "max_held_gpus",
+                "max_idle_gpu_hours_per_day",
+                "max_hold_ttl_s",
+                "allowed_warmups",
+                "holds_may_preempt_holds",
+            )
+        }
+        body.update(values)
+        r = self.http.put(f"/v1/policies/{tenant_id}", json=body, headers=ADMIN)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@pytest.fixture
+def settings(db_url: str) -> ServerSettings:
+    return ServerSettings(database_url=db_url, admin_token=ADMIN_TOKEN, run_jobs=False)
+
+
+@pytest.fixture
+def api(db: Database, settings: ServerSettings, clock: FakeClock) -> Iterator[Api]:
+    app = create_app(settings, db=db, clock=clock, key_cache_ttl_s=0)
+    with TestClient(app, raise_server_exceptions=False) as http:
+        yield Api(http=http, clock=clock)

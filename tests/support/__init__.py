@@ -1,0 +1,1 @@
+"""Test support: throwaway servers, processes and helpers shared by tests and benchmarks."""
