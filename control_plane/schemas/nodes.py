@@ -88,6 +88,9 @@ class NodeAssignment(BaseModel):
     gpu_uuids: list[str]
     warmup: str | None = None
     command: list[str] | None = None
+    task_status: str | None = Field(
+        default=None, description="Last task status the node reported (allocations only)."
+    )
     expires_at: datetime | None = None
 
 

@@ -195,6 +195,7 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
                     status=alloc.status,
                     gpu_uuids=by_alloc[alloc.id],
                     command=json.loads(alloc.command_json) if alloc.command_json else None,
+                    task_status=alloc.task_status,
                     expires_at=utc_from_epoch(alloc.expires_at),
                 )
             )

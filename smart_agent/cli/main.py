@@ -49,6 +49,44 @@ def server(
     raise typer.Exit(run_server(config=config, overrides=overrides))
 
 
+@app.command()
+def node(
+    server: str | None = typer.Option(
+        None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="Node name [default: host name]."),
+    simulated_gpus: int | None = typer.Option(
+        None,
+        "--simulated-gpus",
+        min=0,
+        max=64,
+        help="Present N simulated GPUs (forces the simulated backend).",
+    ),
+    gpu_model: str | None = typer.Option(None, "--gpu-model", help="Model of simulated GPUs."),
+    spine: str | None = typer.Option(None, "--spine", help="Topology: spine name."),
+    leaf: str | None = typer.Option(None, "--leaf", help="Topology: leaf name."),
+    config: Path | None = typer.Option(None, "--config", help="configs/node-agent.yaml"),
+) -> None:
+    """Run the node agent on a GPU host: discover GPUs, heartbeat, warm holds, run tasks."""
+    from control_plane.node_agent.main import run_node
+
+    raise typer.Exit(
+        run_node(
+            server=server,
+            token=token,
+            name=name,
+            simulated_gpus=simulated_gpus,
+            gpu_model=gpu_model,
+            spine=spine,
+            leaf=leaf,
+            config=config,
+        )
+    )
+
+
 def main() -> None:
     app()
 
