@@ -21,13 +21,12 @@ def created(
     body: BaseModel,
     use_case: Callable[[Session, float], tuple[int, BaseModel]],
 ) -> JSONResponse:
-    now = request.app.state.clock()
     status, data = idempotency.run(
         request.app.state.db,
         owner=who.idempotency_owner,
         key=key,
         fingerprint=idempotency.request_hash(request.method, request.url.path, body),
-        now=now,
-        use_case=lambda session: use_case(session, now),
+        clock=request.app.state.clock,
+        use_case=use_case,
     )
     return JSONResponse(data, status_code=status)

@@ -104,6 +104,9 @@ class Database:
         On PostgreSQL `placement=True` takes the placement advisory lock for the transaction.
         """
         with Session(self._write_bind, expire_on_commit=False) as session, session.begin():
+            # Take the connection (and on SQLite the write lock) now, before the caller reads
+            # the clock, so that recorded times follow the order of commits.
+            session.connection()
             if placement and not self.is_sqlite:
                 session.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}

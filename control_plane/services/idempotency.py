@@ -18,7 +18,7 @@ from control_plane.services.errors import Conflict, Invalid
 MAX_KEY_LEN = 128
 RETRIES = 3
 
-UseCase = Callable[[Session], tuple[int, BaseModel]]
+UseCase = Callable[[Session, float], tuple[int, BaseModel]]
 
 
 def request_hash(method: str, path: str, body: BaseModel) -> str:
@@ -32,7 +32,7 @@ def run(
     owner: str,
     key: str | None,
     fingerprint: str,
-    now: float,
+    clock: Callable[[], float],
     use_case: UseCase,
     placement: bool = True,
 ) -> tuple[int, dict[str, Any]]:
@@ -63,7 +63,9 @@ def run(
                                 field="Idempotency-Key",
                             )
                         return prior.status_code, json.loads(prior.body)
-                status, model = use_case(session)
+                # Read the clock once the lock is held, so that times follow commit order.
+                now = clock()
+                status, model = use_case(session, now)
                 body = model.model_dump(mode="json")
                 if key is not None:
                     session.add(

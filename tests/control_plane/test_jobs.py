@@ -1,0 +1,115 @@
+"""Periodic jobs with a fixed `now`, on both databases: expiry, activation, liveness, leases."""
+
+from __future__ import annotations
+
+from control_plane.config import ServerSettings
+from control_plane.db.engine import Database
+from control_plane.jobs import leader
+from control_plane.jobs.registry import hold_lifecycle, liveness, retention
+from tests.control_plane.conftest import ADMIN, Api
+
+
+def _status(api: Api, path: str, headers: dict) -> str:
+    return api.http.get(path, headers=headers).json()["status"]
+
+
+def test_unclaimed_hold_expires_at_start_plus_ttl(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    api.node("n1", gpus=1)
+    _, headers = api.tenant(quota=1)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 100}, headers=headers).json()
+    path = f"/v1/holds/{hold['id']}"
+    assert hold_lifecycle(db, settings, api.clock.advance(99)) == 0
+    assert _status(api, path, headers) == "ready"
+    assert hold_lifecycle(db, settings, api.clock.advance(1)) == 1
+    expired = api.http.get(path, headers=headers).json()
+    assert expired["status"] == "expired"
+    assert "ttl" in expired["reason"]
+    assert api.http.get("/v1/gpus", headers=ADMIN).json()[0]["assigned_to"] is None
+
+
+def test_allocation_expires_at_lease_end(api: Api, db: Database, settings: ServerSettings) -> None:
+    api.node("n1", gpus=1)
+    _, headers = api.tenant(quota=1)
+    alloc = api.http.post(
+        "/v1/allocations", json={"gpu_count": 1, "lease_s": 60}, headers=headers
+    ).json()
+    hold_lifecycle(db, settings, api.clock.advance(59))
+    assert _status(api, f"/v1/allocations/{alloc['id']}", headers) == "allocated"
+    hold_lifecycle(db, settings, api.clock.advance(1))
+    assert _status(api, f"/v1/allocations/{alloc['id']}", headers) == "expired"
+
+
+def test_future_hold_is_placed_at_start_minus_lead(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=2)
+    hold = api.http.post(
+        "/v1/holds",
+        json={"gpu_count": 2, "ttl_s": 600, "start_in_s": 300, "lead_s": 120},
+        headers=headers,
+    ).json()
+    path = f"/v1/holds/{hold['id']}"
+    hold_lifecycle(db, settings, api.clock.advance(179))
+    assert _status(api, path, headers) == "requested"
+    hold_lifecycle(db, settings, api.clock.advance(1))
+    placed = api.http.get(path, headers=headers).json()
+    assert placed["status"] == "ready" and len(placed["gpus"]) == 2
+
+
+def test_silent_node_goes_offline_and_its_hold_moves(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    first = api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=4)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
+    assert {g["node"] for g in hold["gpus"]} == {"n1"}
+    alloc_first = hold  # the hold sits on n1; n2 joins later and keeps heartbeating
+    api.clock.advance(10)
+    second = api.node("n2", gpus=2)
+    api.clock.advance(settings.heartbeat_timeout_s - 5)
+    api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
+    assert liveness(db, settings, api.clock.now) == 1
+    nodes = {n["name"]: n["status"] for n in api.http.get("/v1/nodes", headers=ADMIN).json()}
+    assert nodes == {"n1": "offline", "n2": "online"}
+    moved = api.http.get(f"/v1/holds/{alloc_first['id']}", headers=headers).json()
+    assert moved["status"] == "ready"
+    assert {g["node"] for g in moved["gpus"] if g["node_id"] == second["id"]} == {"n2"}
+    # A heartbeat brings the node back online; its GPUs are free again.
+    api.http.post(f"/v1/nodes/{first['id']}/heartbeat", json={}, headers=ADMIN)
+    nodes = {n["name"]: n["status"] for n in api.http.get("/v1/nodes", headers=ADMIN).json()}
+    assert nodes["n1"] == "online"
+
+
+def test_silent_node_loses_its_allocations(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    api.node("n1", gpus=1)
+    _, headers = api.tenant(quota=1)
+    alloc = api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers).json()
+    liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+    lost = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert lost["status"] == "lost" and "offline" in lost["reason"]
+
+
+def test_retention_prunes_old_events_only(api: Api, db: Database, settings: ServerSettings) -> None:
+    _tenant_id, headers = api.tenant()
+    before = len(api.http.get("/v1/events", headers=ADMIN).json())
+    api.clock.advance(settings.retention_days * 86400 + 1)
+    api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers)
+    assert retention(db, settings, api.clock.now) >= before
+    kinds = [e["to_state"] for e in api.http.get("/v1/events", headers=ADMIN).json()]
+    assert kinds == ["pending"]
+
+
+def test_leader_lease_one_holder_and_takeover(db: Database) -> None:
+    assert leader.acquire(db, holder="a", now=100.0, ttl_s=3.0)
+    assert not leader.acquire(db, holder="b", now=101.0, ttl_s=3.0)
+    assert leader.acquire(db, holder="a", now=102.0, ttl_s=3.0)  # renewal
+    assert not leader.acquire(db, holder="b", now=104.9, ttl_s=3.0)
+    assert leader.acquire(db, holder="b", now=105.1, ttl_s=3.0)  # a died: b takes over
+    assert leader.holder_of(db) == ("b", 108.1)
+    leader.release(db, holder="b")
+    assert leader.acquire(db, holder="a", now=105.2, ttl_s=3.0)

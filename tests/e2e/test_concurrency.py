@@ -1,0 +1,122 @@
+"""20 client threads allocate and release against one real server; the database stays true."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlmodel import select
+
+from control_plane.db.engine import Database
+from control_plane.db.models import AllocationRow, AssignmentRow
+from tests.conftest import ADMIN_TOKEN
+from tests.support.procs import ServerProc
+
+pytestmark = pytest.mark.e2e
+
+THREADS = 20
+SECONDS = 3.0
+
+
+def _setup(server: ServerProc) -> list[dict]:
+    with server.admin() as admin:
+        for n in range(2):
+            body = {
+                "name": f"n{n}",
+                "gpus": [
+                    {"uuid": f"GPU-{n}-{i}", "model": "A100", "memory_mb": 1} for i in range(8)
+                ],
+            }
+            assert admin.post("/v1/nodes", json=body).status_code == 201
+        headers = []
+        for t in range(4):
+            tenant = admin.post("/v1/tenants", json={"name": f"t{t}", "quota_gpus": 6}).json()
+            key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
+            headers.append({"Authorization": f"Bearer {key}"})
+    return headers
+
+
+def _worker(url: str, headers: dict, seed: int, stop: float, acked: list, errors: list) -> None:
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            try:
+                r = http.post("/v1/allocations", json={"gpu_count": 1 + (seed + n) % 3})
+                if r.status_code in (201, 202):
+                    acked.append(r.json())
+                    d = http.delete(f"/v1/allocations/{r.json()['id']}")
+                    if d.status_code != 200:
+                        errors.append((d.status_code, d.text))
+                elif r.status_code != 429:
+                    errors.append((r.status_code, r.text))
+            except httpx.HTTPError as exc:  # a transport error is a failure of the server
+                errors.append((0, repr(exc)))
+
+
+def _hammer(server: ServerProc, headers: list[dict]) -> tuple[list, list]:
+    acked: list = []
+    errors: list = []
+    stop = time.monotonic() + SECONDS
+    threads = [
+        threading.Thread(
+            target=_worker, args=(server.url, headers[i % len(headers)], i, stop, acked, errors)
+        )
+        for i in range(THREADS)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return acked, errors
+
+
+def _check_database(url: str, acked: list) -> None:
+    db = Database(url)
+    try:
+        with db.read() as session:
+            rows = session.exec(select(AssignmentRow)).all()
+            allocs = {a.id: a for a in session.exec(select(AllocationRow)).all()}
+    finally:
+        db.dispose()
+    per_gpu: dict[str, list[AssignmentRow]] = defaultdict(list)
+    for row in rows:
+        per_gpu[row.gpu_uuid].append(row)
+    for gpu, spans in per_gpu.items():
+        spans.sort(key=lambda r: (r.started_at, r.id))
+        for before, after in itertools.pairwise(spans):
+            assert before.ended_at is not None, f"{gpu}: two assignments open at once"
+            assert before.ended_at <= after.started_at, f"{gpu} assigned twice at once"
+    for answer in acked:
+        row = allocs.get(answer["id"])
+        assert row is not None, f"acknowledged {answer['id']} is not in the database"
+        if answer["status"] == "allocated":
+            assert row.allocated_at is not None
+            assert len([r for r in rows if r.allocation_id == row.id]) == row.gpu_count
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_twenty_threads_never_double_assign(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'load.db'}"
+    else:
+        pg = request.getfixturevalue("pg_server")
+        if pg is None:
+            pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
+        url = pg.url(pg.create_database())
+    server = ServerProc(tmp_path, database_url=url, admin_token=ADMIN_TOKEN).start()
+    try:
+        server.wait_ready()
+        acked, errors = _hammer(server, _setup(server))
+    finally:
+        server.stop()
+    assert errors == [], errors[:5]
+    assert len(acked) > 50, "too few requests got through to test anything"
+    _check_database(url, acked)
