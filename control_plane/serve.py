@@ -33,6 +33,9 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # The database driver drops the GIL on every statement; with the default 5 ms switch
+    # interval a write transaction waits that long to get it back from the event loop.
+    sys.setswitchinterval(0.0005)
     try:
         app = create_app(settings)
     except DatabaseConfigError as exc:

@@ -5,22 +5,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import Depends, Header, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 
 from control_plane.db.engine import Database
 from control_plane.schemas.enums import Scope
 from control_plane.services import auth
 from control_plane.services.auth import Principal
 
+# Dependencies are `async def` where they do not block: FastAPI runs each plain `def`
+# dependency in the thread pool, and those hops cost more than the work here.
 
-def get_db(request: Request) -> Database:
+
+async def get_db(request: Request) -> Database:
     return request.app.state.db
 
 
-def get_clock(request: Request) -> Callable[[], float]:
+async def get_clock(request: Request) -> Callable[[], float]:
     return request.app.state.clock
 
 
-def principal(
+async def principal(
     request: Request,
     authorization: str | None = Header(default=None, include_in_schema=False),
 ) -> Principal:
@@ -29,36 +34,37 @@ def principal(
     cached = cache.get(token)
     if cached is not None:
         return cached
-    db: Database = request.app.state.db
-    with db.read() as session:
-        found = auth.authenticate(
-            session, token=token, admin_token=request.app.state.settings.admin_token
-        )
+    found = await run_in_threadpool(_lookup, request.app.state, token)
     cache.put(token, found)
     return found
 
 
-def admin(who: Principal = Depends(principal)) -> Principal:
+def _lookup(state: State, token: str) -> Principal:
+    with state.db.read() as session:
+        return auth.authenticate(session, token=token, admin_token=state.settings.admin_token)
+
+
+async def admin(who: Principal = Depends(principal)) -> Principal:
     auth.require(who, Scope.ADMIN)
     return who
 
 
-def tenant(who: Principal = Depends(principal)) -> Principal:
+async def tenant(who: Principal = Depends(principal)) -> Principal:
     auth.require(who, Scope.TENANT)
     return who
 
 
-def tenant_or_admin(who: Principal = Depends(principal)) -> Principal:
+async def tenant_or_admin(who: Principal = Depends(principal)) -> Principal:
     auth.require(who, Scope.TENANT, Scope.ADMIN)
     return who
 
 
-def node_or_admin(who: Principal = Depends(principal)) -> Principal:
+async def node_or_admin(who: Principal = Depends(principal)) -> Principal:
     auth.require(who, Scope.NODE, Scope.ADMIN)
     return who
 
 
-def idempotency_key(
+async def idempotency_key(
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=128),
 ) -> str | None:
     return idempotency_key

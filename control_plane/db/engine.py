@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,12 +80,16 @@ class Database:
             self.is_sqlite = True
             self.engine = _sqlite_engine(self.url, synchronous)
             self._write_bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+            # SQLite has one writer. Queueing writers on a mutex here is far cheaper than
+            # letting them meet at BEGIN IMMEDIATE, where SQLite's busy handler sleeps.
+            self._write_mutex: threading.Lock | None = threading.Lock()
         elif self.url.startswith("postgresql"):
             self.is_sqlite = False
             self.engine = create_engine(
                 self.url, pool_size=10, max_overflow=30, pool_pre_ping=True, pool_recycle=1800
             )
             self._write_bind = self.engine
+            self._write_mutex = None
         else:
             raise DatabaseConfigError(
                 f"database URL {raw!r}: allowed schemes are sqlite:/// and postgresql+psycopg://"
@@ -103,10 +108,21 @@ class Database:
         On SQLite the write lock is taken at BEGIN, so the whole use case is serialised.
         On PostgreSQL `placement=True` takes the placement advisory lock for the transaction.
         """
+        if self._write_mutex is None:
+            with self._write_session(placement) as session:
+                yield session
+            return
+        with self._write_mutex, self._write_session(placement) as session:
+            yield session
+
+    @contextmanager
+    def _write_session(self, placement: bool) -> Iterator[Session]:
         with Session(self._write_bind, expire_on_commit=False) as session, session.begin():
             # Take the connection (and on SQLite the write lock) now, before the caller reads
             # the clock, so that recorded times follow the order of commits.
             session.connection()
+            # Placement and assignment changes need writers to take turns (services check).
+            session.info["serialised"] = placement or self.is_sqlite
             if placement and not self.is_sqlite:
                 session.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, Integer, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
+
+# 64-bit ids on PostgreSQL (a busy cluster writes billions of events); SQLite needs plain
+# INTEGER for its auto-incrementing row id, and its integers are 64-bit anyway.
+BigId = BigInteger().with_variant(Integer, "sqlite")
 
 
 class TenantRow(SQLModel, table=True):
@@ -147,7 +151,7 @@ class AssignmentRow(SQLModel, table=True):
         Index("ix_assignment_node_active", "node_id", "ended_at"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigId)
     gpu_uuid: str = Field(foreign_key="gpu.uuid")
     node_id: str
     hold_id: str | None = None
@@ -160,7 +164,7 @@ class EventRow(SQLModel, table=True):
     __tablename__ = "event"
     __table_args__ = (Index("ix_event_object", "object_id"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigId)
     at: float = Field(index=True)
     kind: str
     object_id: str
@@ -174,7 +178,7 @@ class IdempotencyRow(SQLModel, table=True):
     __tablename__ = "idempotency"
     __table_args__ = (UniqueConstraint("principal", "key", name="uq_idempotency_principal_key"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=BigId)
     principal: str
     key: str
     request_hash: str
@@ -191,3 +195,16 @@ class LeaseRow(SQLModel, table=True):
     name: str = Field(primary_key=True)
     holder: str
     expires_at: float
+
+
+class ClusterEpochRow(SQLModel, table=True):
+    """One row, bumped by every transaction that changes assignments or the GPU inventory.
+
+    A replica keeps its placement view in memory and rebuilds it only when the epoch it
+    read differs from the one its view was built at.
+    """
+
+    __tablename__ = "cluster_epoch"
+
+    id: int = Field(primary_key=True)
+    value: int = Field(default=0, sa_type=BigInteger)

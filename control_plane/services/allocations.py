@@ -100,36 +100,42 @@ def create(
         label=body.label,
         command_json=json.dumps(body.command) if body.command else None,
     )
-    session.add(alloc)
-    record(
-        session,
-        kind="allocation",
-        object_id=alloc.id,
-        tenant_id=tenant_id,
-        to_state=alloc.status,
-        at=now,
-        reason="requested",
-    )
     cluster = placing.load_cluster(session)
-    placed = _try_place(session, cluster, alloc, now=now)
-    session.flush()
-    return (201 if placed else 202), allocation_view(session, alloc)
+    choice = _choose(session, cluster, alloc)
+    if choice is None:
+        session.add(alloc)
+        record(
+            session,
+            kind="allocation",
+            object_id=alloc.id,
+            tenant_id=tenant_id,
+            to_state=alloc.status,
+            at=now,
+            reason="queued: no GPUs free",
+        )
+        return 202, allocation_view(session, alloc, gpus=[])
+    gpus = _apply(session, alloc, choice, now=now, queued=False)
+    return 201, allocation_view(session, alloc, gpus=cluster.describe(gpus))
 
 
-def _try_place(
-    session: Session, cluster: placing.Cluster, alloc: AllocationRow, *, now: float
-) -> bool:
-    """Place a pending allocation on free GPUs, else by displacing holds; False if neither."""
+Choice = tuple[list[tuple[str, str]], list[HoldRow]]
+
+
+def _choose(session: Session, cluster: placing.Cluster, alloc: AllocationRow) -> Choice | None:
+    """Free GPUs for the allocation, else GPUs freed by displacing holds; None if neither."""
     request = placing.request_of(alloc.gpu_count, alloc.gpu_model, alloc.strategy)
     gpus = placing.find_gpus(cluster, request)
-    preempted: list[HoldRow] = []
-    if gpus is None:
-        found = placing.find_gpus_preempting(session, cluster, request)
-        if found is None:
-            return False
-        gpus, preempted = found
+    if gpus is not None:
+        return gpus, []
+    return placing.find_gpus_preempting(session, cluster, request)
+
+
+def _apply(
+    session: Session, alloc: AllocationRow, choice: Choice, *, now: float, queued: bool
+) -> list[str]:
+    """Give the allocation its GPUs (ending the holds displaced for it); their uuids."""
+    gpus, preempted = choice
     for hold in preempted:
-        freed = placing.hold_gpu_uuids(session, hold.id)
         lifecycle.end_hold(
             session,
             hold,
@@ -137,9 +143,8 @@ def _try_place(
             now=now,
             reason=f"preempted by allocation {alloc.id}",
         )
-        cluster.state.free(freed)
-    cluster.state.take([u for u, _ in gpus])
     lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
+    # Fields first, then the state change: its event insert flushes them in one UPDATE.
     alloc.allocated_at = now
     # A reactive allocation's GPUs are usable once assigned; the job pays its own cold start.
     alloc.ready_at = now
@@ -147,7 +152,32 @@ def _try_place(
     if preempted:
         alloc.preempted_json = json.dumps([h.id for h in preempted])
     reason = "placed" + (f", preempted {len(preempted)} hold(s)" if preempted else "")
-    move(session, alloc, "allocation", AllocationStatus.ALLOCATED.value, now=now, reason=reason)
+    if queued:
+        move(session, alloc, "allocation", AllocationStatus.ALLOCATED.value, now=now, reason=reason)
+    else:
+        # Placed in the request that created it: it never waited, so it never was pending.
+        # Added only now, so that the row is inserted once, in its final state.
+        alloc.status = AllocationStatus.ALLOCATED.value
+        session.add(alloc)
+        record(
+            session,
+            kind="allocation",
+            object_id=alloc.id,
+            tenant_id=alloc.tenant_id,
+            to_state=alloc.status,
+            at=now,
+            reason=reason + " at once",
+        )
+    return [uuid for uuid, _ in gpus]
+
+
+def _try_place(
+    session: Session, cluster: placing.Cluster, alloc: AllocationRow, *, now: float
+) -> bool:
+    choice = _choose(session, cluster, alloc)
+    if choice is None:
+        return False
+    _apply(session, alloc, choice, now=now, queued=True)
     return True
 
 
@@ -254,16 +284,16 @@ def release(
     """Release (idempotent: releasing twice answers the same and frees nothing twice)."""
     alloc = tenant_allocation_or_404(session, tenant_id=tenant_id, allocation_id=allocation_id)
     if alloc.status == AllocationStatus.ALLOCATED.value:
-        lifecycle.end_allocation(
+        freed = lifecycle.end_allocation(
             session, alloc, AllocationStatus.RELEASED, now=now, reason="released by client"
         )
-        session.flush()
         schedule_pending(session, now=now)
-    elif alloc.status == AllocationStatus.PENDING.value:
+        return allocation_view(session, alloc, gpus=placing.load_cluster(session).describe(freed))
+    if alloc.status == AllocationStatus.PENDING.value:
         lifecycle.end_allocation(
             session, alloc, AllocationStatus.CANCELLED, now=now, reason="cancelled while pending"
         )
-    session.flush()
+        return allocation_view(session, alloc, gpus=[])
     return allocation_view(session, alloc)
 
 

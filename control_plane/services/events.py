@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from sqlalchemy import insert
 from sqlmodel import Session
 
 from control_plane.db.models import EventRow
@@ -27,8 +28,9 @@ def record(
     from_state: str | None = None,
     reason: str | None = None,
 ) -> None:
-    session.add(
-        EventRow(
+    # A Core insert: events are write-only here, and the ORM's unit of work costs more.
+    session.execute(
+        insert(EventRow).values(
             at=at,
             kind=kind,
             object_id=object_id,

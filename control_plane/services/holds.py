@@ -159,7 +159,6 @@ def try_place_hold(
         if found is not None:
             gpus, weaker = found
             for other in weaker:
-                freed = placing.hold_gpu_uuids(session, other.id)
                 lifecycle.end_hold(
                     session,
                     other,
@@ -167,10 +166,8 @@ def try_place_hold(
                     now=now,
                     reason=f"displaced by more confident hold {hold.id}",
                 )
-                cluster.state.free(freed)
     if gpus is None:
         return False
-    cluster.state.take([u for u, _ in gpus])
     lifecycle.assign(session, gpus=gpus, now=now, hold_id=hold.id)
     hold.placed_at = now
     move(session, hold, "hold", HoldStatus.PLACED.value, now=now, reason="placed")
@@ -259,7 +256,6 @@ def replace_hold(
     gpus = placing.find_gpus(cluster, request)
     if gpus is None:
         return False
-    cluster.state.take([u for u, _ in gpus])
     lifecycle.assign(session, gpus=gpus, now=now, hold_id=hold.id)
     hold.ready_at = None
     move(session, hold, "hold", HoldStatus.PLACED.value, now=now, reason=f"re-placed: {reason}")

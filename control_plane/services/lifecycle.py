@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sqlalchemy import insert
 from sqlmodel import Session, col, select, update
 
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow, TenantRow
 from control_plane.scheduling.fairshare import DecayedUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
+from control_plane.services import placing
 from control_plane.services.events import move, record
 
 
@@ -22,16 +24,21 @@ def assign(
     allocation_id: str | None = None,
 ) -> None:
     """Set GPUs aside; `gpus` is (uuid, node_id) pairs. The unique index refuses a double."""
-    session.add_all(
-        AssignmentRow(
-            gpu_uuid=uuid,
-            node_id=node_id,
-            hold_id=hold_id,
-            allocation_id=allocation_id,
-            started_at=now,
-        )
-        for uuid, node_id in gpus
+    placing.load_cluster(session).take([uuid for uuid, _ in gpus])
+    session.execute(
+        insert(AssignmentRow),
+        [
+            {
+                "gpu_uuid": uuid,
+                "node_id": node_id,
+                "hold_id": hold_id,
+                "allocation_id": allocation_id,
+                "started_at": now,
+            }
+            for uuid, node_id in gpus
+        ],
     )
+    placing.mark_changed(session)
 
 
 def end_assignments(
@@ -42,7 +49,15 @@ def end_assignments(
         stmt = stmt.where(col(AssignmentRow.hold_id) == hold_id)
     if allocation_id is not None:
         stmt = stmt.where(col(AssignmentRow.allocation_id) == allocation_id)
-    session.execute(stmt.values(ended_at=now))
+    freed = (
+        session.execute(stmt.values(ended_at=now).returning(col(AssignmentRow.gpu_uuid)))
+        .scalars()
+        .all()
+    )
+    if freed:
+        placing.load_cluster(session).free(list(freed))
+        placing.mark_changed(session)
+    return list(freed)
 
 
 def hold_idle_gpu_s(hold: HoldRow, until: float) -> float:
@@ -55,11 +70,12 @@ def hold_idle_gpu_s(hold: HoldRow, until: float) -> float:
 def end_hold(
     session: Session, hold: HoldRow, status: HoldStatus, *, now: float, reason: str | None = None
 ) -> None:
-    move(session, hold, "hold", status.value, now=now, reason=reason)
+    # Fields first, then the state change: its event insert flushes them in one UPDATE.
     hold.ended_at = now
     hold.idle_gpu_s = hold_idle_gpu_s(hold, now)
     if reason:
         hold.reason = reason
+    move(session, hold, "hold", status.value, now=now, reason=reason)
     if status != HoldStatus.CLAIMED:
         end_assignments(session, now=now, hold_id=hold.id)
 
@@ -71,29 +87,40 @@ def end_allocation(
     *,
     now: float,
     reason: str | None = None,
-) -> None:
-    move(session, alloc, "allocation", status.value, now=now, reason=reason)
+) -> list[str]:
+    """End an allocation with `status`; the GPUs it freed."""
     alloc.released_at = now
     if reason:
         alloc.reason = reason
-    end_assignments(session, now=now, allocation_id=alloc.id)
+    move(session, alloc, "allocation", status.value, now=now, reason=reason)
+    freed = end_assignments(session, now=now, allocation_id=alloc.id)
     if alloc.allocated_at is not None:
         _charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
+    return freed
 
 
 def _charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
     """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
-    tenant = session.get(TenantRow, tenant_id)
-    if tenant is None or gpu_seconds <= 0:
+    if gpu_seconds <= 0:
         return
-    usage = DecayedUsage(tenant.usage_gpu_s, tenant.usage_at).charge(gpu_seconds, now)
-    tenant.usage_gpu_s, tenant.usage_at = usage.value, usage.at
+    row = session.execute(
+        select(TenantRow.usage_gpu_s, TenantRow.usage_at).where(TenantRow.id == tenant_id)
+    ).first()
+    if row is None:
+        return
+    usage = DecayedUsage(row[0], row[1]).charge(gpu_seconds, now)
+    session.execute(
+        update(TenantRow)
+        .where(col(TenantRow.id) == tenant_id)
+        .values(usage_gpu_s=usage.value, usage_at=usage.at)
+    )
 
 
 def move_node(
     session: Session, node: NodeRow, status: NodeStatus, *, now: float, reason: str | None = None
 ) -> None:
     check_transition("node", node.status, status.value)
+    placing.mark_changed(session, inventory=True)
     record(
         session,
         kind="node",

@@ -19,7 +19,7 @@ from control_plane.schemas.nodes import (
     NodeAssignment,
     NodeRegister,
 )
-from control_plane.services import lifecycle
+from control_plane.services import lifecycle, placing
 from control_plane.services.errors import Conflict, NotFound
 from control_plane.services.events import record
 from control_plane.services.ids import new_id
@@ -71,6 +71,7 @@ def register(db: Database, *, body: NodeRegister, now: float) -> Node:
 
 
 def _sync_gpus(session: Session, node: NodeRow, body: NodeRegister, now: float) -> None:
+    placing.mark_changed(session, inventory=True)
     existing = {
         g.uuid: g
         for g in session.exec(
@@ -132,6 +133,7 @@ def heartbeat(db: Database, *, node_id: str, body: Heartbeat, now: float) -> Hea
             for gpu in gpus:
                 report = reported.get(gpu.uuid)
                 if report is not None and report.healthy != gpu.healthy:
+                    placing.mark_changed(session, inventory=True)
                     gpu.healthy = report.healthy
                     gpu.health_reason = None if report.healthy else (report.reason or "unhealthy")
                     record(

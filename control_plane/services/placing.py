@@ -1,15 +1,31 @@
-"""Bridge from the database to the pure scheduling core: cluster view, placement, preemption."""
+"""Bridge from the database to the pure scheduling core: a cached cluster view, placement.
+
+Each replica keeps its `ClusterState` in memory between transactions. The `cluster_epoch` row
+says whether it is still true: every transaction that changes assignments or the inventory
+bumps the epoch, and a replica that reads an epoch other than its view's rebuilds the view.
+Assignment changes go through `lifecycle.assign`/`end_assignments`, which keep the view in
+step within the transaction; a rollback throws the view away.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
+from sqlalchemy import Engine, event, update
 from sqlmodel import Session, col, select
 
-from control_plane.db.models import AssignmentRow, GpuRow, HoldRow, NodeRow
+from control_plane.db.models import (
+    AssignmentRow,
+    ClusterEpochRow,
+    GpuRow,
+    HoldRow,
+    NodeRow,
+)
 from control_plane.scheduling.cluster import ClusterState, GpuSlot
 from control_plane.scheduling.placement import PlacementRequest, place
 from control_plane.scheduling.preemption import HoldView, choose_preemptions
+from control_plane.schemas.allocations import AssignedGpu
 from control_plane.schemas.enums import HoldStatus, NodeStatus
 
 PLACED_HOLD_STATUSES = (HoldStatus.PLACED.value, HoldStatus.WARMING.value, HoldStatus.READY.value)
@@ -21,12 +37,61 @@ class Cluster:
 
     state: ClusterState
     node_of: dict[str, str]
+    node_names: dict[str, str] = field(default_factory=dict)
+
+    def take(self, uuids: list[str]) -> None:
+        self.state.take(uuids)
+
+    def describe(self, uuids: list[str]) -> list[AssignedGpu] | None:
+        """GPUs as the API shows them, from memory; None if any is off the placement view."""
+        slots = self.state.slots
+        if not all(u in slots for u in uuids):
+            return None
+        return [
+            AssignedGpu(
+                uuid=u,
+                node=self.node_names.get(self.node_of[u], ""),
+                node_id=self.node_of[u],
+                index=slots[u].index,
+            )
+            for u in uuids
+        ]
+
+    def free(self, uuids: list[str]) -> None:
+        # GPUs off placement (offline node, unhealthy) are not in the view: nothing to free.
+        known = [u for u in uuids if self.state.is_known(u) and not self.state.is_free(u)]
+        self.state.free(known)
 
 
-def load_cluster(session: Session) -> Cluster:
+@dataclass
+class _Cached:
+    epoch: int | None = None
+    cluster: Cluster | None = None
+
+
+_CACHES: weakref.WeakKeyDictionary[Engine, _Cached] = weakref.WeakKeyDictionary()
+
+
+def _cache(session: Session) -> _Cached:
+    engine = session.get_bind().engine  # type: ignore[union-attr]
+    cached = _CACHES.get(engine)
+    if cached is None:
+        cached = _CACHES[engine] = _Cached()
+    return cached
+
+
+def _build(session: Session) -> Cluster:
     """Placeable GPUs (present, healthy, on an online node) and which of them are taken."""
     rows = session.exec(
-        select(GpuRow.uuid, GpuRow.node_id, NodeRow.leaf, NodeRow.spine, GpuRow.model, GpuRow.index)
+        select(
+            GpuRow.uuid,
+            GpuRow.node_id,
+            NodeRow.leaf,
+            NodeRow.spine,
+            GpuRow.model,
+            GpuRow.index,
+            NodeRow.name,
+        )
         .join(NodeRow, col(NodeRow.id) == col(GpuRow.node_id))
         .where(
             col(GpuRow.present).is_(True),
@@ -36,13 +101,75 @@ def load_cluster(session: Session) -> Cluster:
     ).all()
     slots = [
         GpuSlot(uuid=u, node=n, leaf=leaf, spine=spine, model=m, index=i or 0)
-        for u, n, leaf, spine, m, i in rows
+        for u, n, leaf, spine, m, i, _ in rows
     ]
     node_of = {s.uuid: s.node for s in slots}
     taken = session.exec(
         select(AssignmentRow.gpu_uuid).where(col(AssignmentRow.ended_at).is_(None))
     ).all()
-    return Cluster(ClusterState.build(slots, [u for u in taken if u in node_of]), node_of)
+    state = ClusterState.build(slots, [u for u in taken if u in node_of])
+    return Cluster(state, node_of, {n: name for _, n, _, _, _, _, name in rows})
+
+
+def load_cluster(session: Session) -> Cluster:
+    """This transaction's cluster view (cached across transactions while the epoch holds)."""
+    cluster = session.info.get("cluster")
+    if cluster is not None:
+        return cluster
+    if not session.info.get("serialised"):
+        raise RuntimeError("placement needs a write transaction with placement=True")
+    epoch = session.exec(select(ClusterEpochRow.value).where(ClusterEpochRow.id == 1)).one()
+    cached = _cache(session)
+    if cached.epoch != epoch or cached.cluster is None:
+        cached.epoch, cached.cluster = None, _build(session)
+    session.info["cluster"] = cached.cluster
+    session.info["epoch"] = epoch
+    return cached.cluster
+
+
+def mark_changed(session: Session, *, inventory: bool = False) -> None:
+    """Note that this transaction changes what placement sees; the epoch moves at commit."""
+    session.info["changed"] = True
+    if inventory:
+        session.info["inventory"] = True
+
+
+@event.listens_for(Session, "before_commit")
+def _bump_epoch(session: Session) -> None:
+    if session.info.get("changed"):
+        new = session.execute(
+            update(ClusterEpochRow)
+            .where(col(ClusterEpochRow.id) == 1)
+            .values(value=col(ClusterEpochRow.value) + 1)
+            .returning(col(ClusterEpochRow.value))
+        ).scalar_one()
+        session.info["new_epoch"] = new
+
+
+@event.listens_for(Session, "after_commit")
+def _adopt_epoch(session: Session) -> None:
+    info = session.info
+    if not info.get("changed"):
+        return
+    cached = _cache(session)
+    # Keep the view only if it was exact before and nobody else moved the epoch meanwhile.
+    exact = (
+        "cluster" in info
+        and not info.get("inventory")
+        and info.get("new_epoch") == info.get("epoch", -2) + 1
+    )
+    cached.epoch = info["new_epoch"] if exact else None
+    if not exact:
+        cached.cluster = None
+    info.clear()
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_view(session: Session) -> None:
+    if "cluster" in session.info:
+        cached = _cache(session)
+        cached.epoch, cached.cluster = None, None
+    session.info.clear()
 
 
 def request_of(gpu_count: int, gpu_model: str | None, strategy: str) -> PlacementRequest:
@@ -108,17 +235,6 @@ def find_gpus_preempting(
         return None
     gpus = [(u, cluster.node_of[u]) for u in choice.gpu_uuids]
     return gpus, [rows[h] for h in choice.hold_ids]
-
-
-def hold_gpu_uuids(session: Session, hold_id: str) -> list[str]:
-    """GPUs a hold sits on now."""
-    return list(
-        session.exec(
-            select(AssignmentRow.gpu_uuid).where(
-                AssignmentRow.hold_id == hold_id, col(AssignmentRow.ended_at).is_(None)
-            )
-        ).all()
-    )
 
 
 def hold_on_node(session: Session, hold_id: str, node_id: str) -> bool:

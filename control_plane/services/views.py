@@ -69,7 +69,12 @@ def allocation_views(session: Session, rows: Sequence[AllocationRow]) -> list[Al
     return [_allocation(row, gpus.get(row.id, [])) for row in rows]
 
 
-def allocation_view(session: Session, row: AllocationRow) -> Allocation:
+def allocation_view(
+    session: Session, row: AllocationRow, gpus: list[AssignedGpu] | None = None
+) -> Allocation:
+    """One allocation; `gpus` (when the caller knows them) saves the look-up."""
+    if gpus is not None:
+        return _allocation(row, gpus)
     return allocation_views(session, [row])[0]
 
 

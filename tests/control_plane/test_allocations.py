@@ -110,7 +110,7 @@ def test_events_feed_records_each_transition(api: Api) -> None:
     ).json()
     assert alloc["expires_at"] is not None
     events = api.http.get("/v1/events", params={"object_id": alloc["id"]}, headers=headers)
-    assert [e["to_state"] for e in events.json()] == ["pending", "allocated"]
+    assert [e["to_state"] for e in events.json()] == ["allocated"]
 
 
 def test_unknown_model_is_queued_not_refused(api: Api) -> None:

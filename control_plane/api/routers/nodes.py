@@ -53,7 +53,7 @@ def report_warmup(
     clock=Depends(get_clock),
     _: Principal = Depends(node_or_admin),
 ) -> Hold:
-    with db.write() as session:
+    with db.write(placement=True) as session:
         result = holds.report_warmup(
             session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
         )

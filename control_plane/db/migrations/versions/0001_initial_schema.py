@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 05:16:39.132236
+Create Date: 2026-11-22 05:24:01.547418
 """
 
 from __future__ import annotations
@@ -19,8 +19,21 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_table(
-        "event",
+        "cluster_epoch",
         sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("value", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    # The single epoch row every placement transaction reads and bumps.
+    op.bulk_insert(
+        sa.table(
+            "cluster_epoch", sa.column("id", sa.Integer()), sa.column("value", sa.BigInteger())
+        ),
+        [{"id": 1, "value": 0}],
+    )
+    op.create_table(
+        "event",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("at", sa.Float(), nullable=False),
         sa.Column("kind", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("object_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
@@ -36,7 +49,7 @@ def upgrade() -> None:
 
     op.create_table(
         "idempotency",
-        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("principal", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("key", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("request_hash", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
@@ -197,7 +210,7 @@ def upgrade() -> None:
 
     op.create_table(
         "assignment",
-        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("gpu_uuid", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("node_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("hold_id", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
@@ -265,3 +278,4 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_event_at"))
 
     op.drop_table("event")
+    op.drop_table("cluster_epoch")
