@@ -65,6 +65,8 @@ async def node_or_admin(who: Principal = Depends(principal)) -> Principal:
 
 
 async def idempotency_key(
-    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=128),
+    idempotency_key: str | None = Header(
+        default=None, alias="Idempotency-Key", min_length=1, max_length=128
+    ),
 ) -> str | None:
     return idempotency_key

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from control_plane.scheduling.transitions import IllegalTransition
 from control_plane.schemas.common import ErrorBody
@@ -46,15 +47,32 @@ ERROR_RESPONSES = {
 }
 
 
-def error_response(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body = {"error": {"code": code, "message": message, "field": field}}
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def _field_of(loc: tuple) -> str | None:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     return ".".join(parts) or None
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method any route serves at this path (the router names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def install(app: FastAPI) -> None:
@@ -75,9 +93,12 @@ def install(app: FastAPI) -> None:
         return error_response(422, "invalid_request", message, field)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request)
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(IllegalTransition)
     async def _transition(_request: Request, exc: IllegalTransition) -> JSONResponse:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from control_plane.schemas.common import (
     MAX_GPUS_PER_REQUEST,
     MAX_LEAD_S,
     MAX_LEASE_S,
     MAX_NAME_LEN,
-    MAX_TEXT_LEN,
     MAX_TTL_S,
     GpuModel,
     UtcDatetime,
@@ -26,7 +26,9 @@ from control_plane.schemas.enums import (
     TaskStatus,
 )
 
-Command = list[str]
+# A command is argv: at most 64 words of at most 1,024 characters, bounds the schema states.
+CommandWord = Annotated[str, Field(max_length=1024)]
+Command = Annotated[list[CommandWord], Field(min_length=1, max_length=64)]
 
 
 class AssignedGpu(BaseModel):
@@ -40,27 +42,23 @@ class AllocationCreate(WireModel):
     gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
     gpu_model: GpuModel | None = None
     lease_s: int | None = Field(
-        default=None, ge=1, le=MAX_LEASE_S, description="Lease length; null means until release."
+        default=None,
+        ge=1,
+        le=MAX_LEASE_S,
+        description="Lease length; null means until release.",
     )
     hold_id: str | None = Field(default=None, max_length=64, description="Claim this hold.")
     use_holds: bool = Field(
-        default=True, description="Claim a matching warm hold of this tenant automatically."
+        strict=True,
+        default=True,
+        description="Claim a matching warm hold of this tenant automatically.",
     )
     strategy: Strategy = Strategy.CONSOLIDATED
     job_class: JobClass = JobClass.BATCH
     command: Command | None = Field(
-        default=None, max_length=256, description="Run this on the node with the GPUs visible."
+        default=None, description="Run this on the node with the GPUs visible."
     )
     label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
-
-    @model_validator(mode="after")
-    def _bounded_command(self) -> AllocationCreate:
-        if self.command is not None:
-            if not self.command:
-                raise ValueError("command: must not be empty when given")
-            if sum(len(part) for part in self.command) > MAX_TEXT_LEN:
-                raise ValueError(f"command: longer than {MAX_TEXT_LEN} characters in all")
-        return self
 
 
 class Allocation(BaseModel):
@@ -84,7 +82,7 @@ class Allocation(BaseModel):
     strategy: Strategy
     job_class: JobClass
     label: str | None
-    command: Command | None
+    command: list[str] | None
     task_status: TaskStatus | None
     exit_code: int | None
     output_tail: str | None
@@ -95,21 +93,32 @@ class Allocation(BaseModel):
 
 
 class HoldCreate(WireModel):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"not": {"required": ["start_at", "start_in_s"]}}
+    )
+
     gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
     gpu_model: GpuModel | None = None
     start_at: UtcDatetime | None = Field(
         default=None, description="When the job is expected; default now (or now + start_in_s)."
     )
     start_in_s: float | None = Field(
-        default=None, ge=0, le=MAX_TTL_S, description="Alternative to start_at, relative to now."
+        strict=True,
+        default=None,
+        ge=0,
+        le=MAX_TTL_S,
+        description="Alternative to start_at, relative to now.",
     )
     ttl_s: int = Field(
         ge=1, le=MAX_TTL_S, description="Hold stays claimable until start_at + ttl_s."
     )
     lead_s: int | None = Field(
-        default=None, ge=0, le=MAX_LEAD_S, description="Place and warm this long before start_at."
+        default=None,
+        ge=0,
+        le=MAX_LEAD_S,
+        description="Place and warm this long before start_at.",
     )
-    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    confidence: float = Field(strict=True, default=1.0, ge=0.0, le=1.0)
     warmup: str | None = Field(
         default=None, max_length=MAX_NAME_LEN, description="Warm-up profile the node runs."
     )
@@ -119,14 +128,15 @@ class HoldCreate(WireModel):
 
     @model_validator(mode="after")
     def _one_start(self) -> HoldCreate:
-        if self.start_at is not None and self.start_in_s is not None:
+        # By key, as the schema's "not both required" says, whatever the values.
+        if {"start_at", "start_in_s"} <= self.model_fields_set:
             raise ValueError("start_at: give start_at or start_in_s, not both")
         return self
 
 
 class HoldClaim(WireModel):
     lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
-    command: Command | None = Field(default=None, max_length=256)
+    command: Command | None = None
     label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
 
 

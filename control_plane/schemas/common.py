@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 # Bounds keep every integer far inside a 32-bit column and every string inside its column,
 # so that no input can surface as a database overflow (a 500) instead of a 422.
@@ -40,6 +47,23 @@ class WireModel(BaseModel):
     """Base for request bodies: unknown fields are refused so typos never pass silently."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_integers(cls, value: object, info: ValidationInfo) -> object:
+        # JSON Schema's integer admits 3.0 but not true or "3"; pydantic's lax int is the
+        # other way round for the last two (and its strict int refuses 3.0).
+        field = cls.model_fields.get(info.field_name or "")
+        if (
+            field is not None
+            and field.annotation in _INTEGER_TYPES
+            and isinstance(value, bool | str | bytes)
+        ):
+            raise ValueError("must be an integer")
+        return value
+
+
+_INTEGER_TYPES = (int, int | None)
 
 
 class ErrorDetail(BaseModel):

@@ -58,25 +58,25 @@ class Node(BaseModel):
 
 class GpuTelemetry(WireModel):
     uuid: str = Field(min_length=1, max_length=96)
-    healthy: bool = True
+    healthy: bool = Field(default=True, strict=True)
     reason: str | None = Field(default=None, max_length=256)
     memory_used_mb: int | None = Field(default=None, ge=0, le=10_000_000)
-    utilization_pct: float | None = Field(default=None, ge=0, le=100)
-    temperature_c: float | None = Field(default=None, ge=-100, le=300)
-    power_w: float | None = Field(default=None, ge=0, le=100_000)
+    utilization_pct: float | None = Field(strict=True, default=None, ge=0, le=100)
+    temperature_c: float | None = Field(strict=True, default=None, ge=-100, le=300)
+    power_w: float | None = Field(strict=True, default=None, ge=0, le=100_000)
     ecc_uncorrected: int | None = Field(default=None, ge=0, le=2**31 - 1)
 
 
 class HostTelemetry(WireModel):
-    cpu_pct: float | None = Field(default=None, ge=0, le=100 * 1024)
-    memory_pct: float | None = Field(default=None, ge=0, le=100)
+    cpu_pct: float | None = Field(strict=True, default=None, ge=0, le=100 * 1024)
+    memory_pct: float | None = Field(strict=True, default=None, ge=0, le=100)
     cache_disk_free_mb: int | None = Field(default=None, ge=0, le=2**53)
 
 
 class Heartbeat(WireModel):
     gpus: list[GpuTelemetry] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
     host: HostTelemetry | None = None
-    draining: bool = False
+    draining: bool = Field(default=False, strict=True)
 
 
 class NodeAssignment(BaseModel):
@@ -101,11 +101,13 @@ class HeartbeatReply(BaseModel):
 
 
 class WarmupReport(WireModel):
-    ok: bool
-    warmup_s: float = Field(ge=0, le=86400)
+    ok: bool = Field(strict=True)
+    warmup_s: float = Field(strict=True, ge=0, le=86400)
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     output_tail: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
-    started: bool = Field(default=False, description="True when warming has only started.")
+    started: bool = Field(
+        strict=True, default=False, description="True when warming has only started."
+    )
 
 
 class TaskReport(WireModel):

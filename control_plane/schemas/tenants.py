@@ -20,15 +20,18 @@ class TenantCreate(WireModel):
     name: Name
     quota_gpus: int = Field(ge=0, le=MAX_QUOTA_GPUS, description="Guaranteed GPUs.")
     burst_gpus: int = Field(
-        default=0, ge=0, le=MAX_QUOTA_GPUS, description="GPUs above the quota when idle ones exist."
+        default=0,
+        ge=0,
+        le=MAX_QUOTA_GPUS,
+        description="GPUs above the quota when idle ones exist.",
     )
-    weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight.")
+    weight: float = Field(strict=True, default=1.0, gt=0, le=1000, description="Fair-share weight.")
 
 
 class TenantUpdate(WireModel):
     quota_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
     burst_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
-    weight: float | None = Field(default=None, gt=0, le=1000)
+    weight: float | None = Field(strict=True, default=None, gt=0, le=1000)
 
 
 class Tenant(BaseModel):
@@ -71,18 +74,26 @@ class TenantPolicy(WireModel):
         default=8, ge=0, le=MAX_QUOTA_GPUS, description="GPUs in active holds at once."
     )
     max_idle_gpu_hours_per_day: float = Field(
-        default=8.0, ge=0, le=1_000_000, description="Held-but-unclaimed GPU-hours per UTC day."
+        strict=True,
+        default=8.0,
+        ge=0,
+        le=1_000_000,
+        description="Held-but-unclaimed GPU-hours per UTC day.",
     )
     max_hold_ttl_s: int = Field(default=3600, ge=1, le=MAX_TTL_S)
     allowed_warmups: list[str] | None = Field(
         default=None, max_length=64, description="Warm-up profiles allowed; null allows any."
     )
     holds_may_preempt_holds: bool = Field(
-        default=False, description="Whether this tenant's confident holds may displace weaker ones."
+        strict=True,
+        default=False,
+        description="Whether this tenant's confident holds may displace weaker ones.",
     )
 
 
 class TenantPolicyInfo(TenantPolicy):
     tenant_id: str
     held_gpus: int = Field(description="GPUs in this tenant's active holds now.")
-    idle_gpu_hours_today: float = Field(description="Idle held GPU-hours charged today (UTC).")
+    idle_gpu_hours_today: float = Field(
+        strict=True, description="Idle held GPU-hours charged today (UTC)."
+    )
