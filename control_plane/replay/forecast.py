@@ -1,0 +1,165 @@
+"""Adapter that turns a demand forecaster into a replay policy (holds from forecasts)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from control_plane.replay.policies import Control, Policy, number, parse_options, register_policy
+from control_plane.replay.trace import Job
+
+DEFAULT_TTL_S = 600.0
+ADAPTER_OPTIONS = ("conf", "ttl", "tick", "max_gpus")
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """`user` will need `gpus` GPUs at `at` (virtual seconds) with `confidence`."""
+
+    user: str
+    gpus: int
+    at: float
+    confidence: float = 1.0
+    ttl_s: float | None = None
+
+
+class Forecaster(Protocol):
+    """What the adapter needs. Optional hooks `observe_arrival(job, now)` and
+    `observe_finish(job, now)` are called when present; `job` has `job_id`, `user`,
+    `submit`, `gpus` and `duration`."""
+
+    def forecast(self, now: float) -> Iterable[Any]: ...
+
+
+def to_demand(item: Any) -> Demand:
+    """A Demand from any forecast object with user/tenant, gpus/gpu_count, at/start_at."""
+    if isinstance(item, Demand):
+        return item
+    user = _first(item, ("user", "tenant", "tenant_id"))
+    gpus = _first(item, ("gpus", "gpu_count", "num_gpus"))
+    at = _first(item, ("at", "start_at", "time"))
+    if isinstance(at, datetime):
+        at = at.timestamp()
+    confidence = _get(item, "confidence")
+    ttl = _get(item, "ttl_s")
+    return Demand(
+        str(user),
+        int(gpus),
+        float(at),
+        1.0 if confidence is None else float(confidence),
+        None if ttl is None else float(ttl),
+    )
+
+
+def _get(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def _first(item: Any, names: Sequence[str]) -> Any:
+    for name in names:
+        value = _get(item, name)
+        if value is not None:
+            return value
+    raise ValueError(f"forecast {item!r} has none of {', '.join(names)}")
+
+
+class ForecastPolicy(Policy):
+    """Asks the forecaster after every arrival and finish (and every `tick_s` if set) and
+    holds GPUs for each forecast with confidence >= `min_confidence`, claimable for `ttl_s`
+    after its time. Without `ttl_s` a forecast's own `ttl_s` (its window) is used, else
+    DEFAULT_TTL_S. A forecast repeated for the same user and time only adds the GPUs not yet
+    asked for. `min_confidence` and `ttl_s` are the knobs to sweep for a Pareto curve of
+    time-to-GPU against idle GPU-hours."""
+
+    def __init__(
+        self,
+        forecaster: Forecaster,
+        *,
+        min_confidence: float = 0.0,
+        ttl_s: float | None = None,
+        tick_s: float | None = None,
+        max_gpus: int | None = None,
+    ) -> None:
+        self.forecaster = forecaster
+        self.min_confidence = min_confidence
+        self.ttl_s = ttl_s
+        self.tick_s = tick_s
+        self.max_gpus = max_gpus
+        self._asked: dict[tuple[str, float], int] = {}
+        self._on_arrival = getattr(forecaster, "observe_arrival", None)
+        self._on_finish = getattr(forecaster, "observe_finish", None)
+
+    def on_arrival(self, job: Job, now: float, ctl: Control) -> None:
+        if self._on_arrival is not None:
+            self._on_arrival(job, now)
+        self._act(now, ctl)
+
+    def on_finish(self, job: Job, now: float, ctl: Control) -> None:
+        if self._on_finish is not None:
+            self._on_finish(job, now)
+        self._act(now, ctl)
+
+    def on_tick(self, now: float, ctl: Control) -> None:
+        self._act(now, ctl)
+
+    def _act(self, now: float, ctl: Control) -> None:
+        for item in self.forecaster.forecast(now):
+            demand = to_demand(item)
+            if demand.confidence < self.min_confidence or demand.gpus < 1:
+                continue
+            gpus = demand.gpus if self.max_gpus is None else min(demand.gpus, self.max_gpus)
+            key = (demand.user, demand.at)
+            more = gpus - self._asked.get(key, 0)
+            if more <= 0:
+                continue
+            self._asked[key] = gpus
+            ttl = self.ttl_s if self.ttl_s is not None else demand.ttl_s
+            if ttl is None:
+                ttl = DEFAULT_TTL_S
+            ctl.hold(demand.user, more, demand.at, ttl, demand.confidence)
+        if len(self._asked) > 4096:
+            # Forget forecasts whose time is long past; they can no longer repeat usefully.
+            horizon = now - 2 * (self.ttl_s or DEFAULT_TTL_S)
+            self._asked = {k: v for k, v in self._asked.items() if k[1] >= horizon}
+
+
+ForecasterFactory = Callable[[dict[str, str]], Forecaster]
+
+
+def register_forecaster(name: str, factory: ForecasterFactory, summary: str = "") -> None:
+    """Register policy `name[:conf=C,ttl=S,tick=S,max_gpus=N,...]` built on a forecaster.
+
+    The adapter takes conf, ttl, tick and max_gpus; every other `key=value` goes to
+    `factory` as a string.
+    """
+
+    def build(arg: str | None) -> Policy:
+        raw = parse_options(arg, allowed=_anything(arg))
+        options = {k: v for k, v in raw.items() if k in ADAPTER_OPTIONS}
+        rest = {k: v for k, v in raw.items() if k not in ADAPTER_OPTIONS}
+        tick = options.get("tick")
+        max_gpus = options.get("max_gpus")
+        return ForecastPolicy(
+            factory(rest),
+            min_confidence=number(options, "conf", 0.0),
+            ttl_s=None if "ttl" not in options else number(options, "ttl", DEFAULT_TTL_S),
+            tick_s=None if tick is None else number(options, "tick", 60.0, minimum=1.0),
+            max_gpus=None if max_gpus is None else int(number(options, "max_gpus", 1, minimum=1)),
+        )
+
+    register_policy(name, build, summary or f"forecaster {name} (conf=, ttl=, tick=, max_gpus=)")
+
+
+def _anything(arg: str | None) -> tuple[str, ...]:
+    # Forecaster options are not known here: accept every key=value key given.
+    if not arg:
+        return ()
+    return tuple(part.partition("=")[0].strip() for part in arg.split(",") if "=" in part)
+
+
+def sweep(name: str, key: str, values: Iterable[float | int | str], extra: str = "") -> list[str]:
+    """Policy specs sweeping one option: sweep("p", "conf", [0.2, 0.5]) -> p:conf=0.2, ..."""
+    tail = f",{extra}" if extra else ""
+    return [f"{name}:{key}={value}{tail}" for value in values]

@@ -1,0 +1,118 @@
+"""Replay metrics: time-to-GPU, warm hits, exact busy/idle GPU time, and where misses come from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+BURST_GAP_S = 600.0
+LONG_GAP_S = 6 * 3600.0
+
+
+class Miss(StrEnum):
+    """Why a job was not a warm hit, judged from what its user had set aside at arrival."""
+
+    FIRST_JOB = "first_job"  # the user's first job in the trace, nothing set aside
+    LONG_GAP = "long_gap"  # nothing set aside, more than LONG_GAP_S since the user's last job
+    BURST_START = "burst_start"  # nothing set aside, first job of a burst (gap > BURST_GAP_S)
+    IN_BURST = "in_burst"  # nothing set aside though the user's last job came within BURST_GAP_S
+    TOO_FEW_WARM = "too_few_warm"  # some GPUs set aside, fewer than the job needs
+    STILL_WARMING = "still_warming"  # enough set aside, not all warm yet (hold too late)
+
+
+def classify_miss(gap_s: float | None, set_aside: int, gpus: int) -> Miss:
+    """The miss category of a job that was not a warm hit.
+
+    `gap_s` is the time since the user's previous arrival (None: first job); `set_aside`
+    the GPUs ready or warming for the user when the job arrived.
+    """
+    if set_aside >= gpus:
+        return Miss.STILL_WARMING
+    if set_aside > 0:
+        return Miss.TOO_FEW_WARM
+    if gap_s is None:
+        return Miss.FIRST_JOB
+    if gap_s > LONG_GAP_S:
+        return Miss.LONG_GAP
+    if gap_s > BURST_GAP_S:
+        return Miss.BURST_START
+    return Miss.IN_BURST
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of already sorted values; 0 when empty."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+@dataclass
+class Recorder:
+    """Accumulates one replay's figures; all GPU times in GPU-seconds."""
+
+    time_to_gpu: list[float] = field(default_factory=list)
+    queue_wait: list[float] = field(default_factory=list)
+    warm_hits: int = 0
+    busy_gpu_s: float = 0.0
+    warming_gpu_s: float = 0.0
+    ready_idle_gpu_s: float = 0.0
+    holds_placed: int = 0
+    holds_failed: int = 0
+    hold_gpus_placed: int = 0
+    hold_gpus_claimed: int = 0
+    hold_gpus_expired: int = 0
+    hold_gpus_preempted: int = 0
+    preemptions: int = 0
+    jobs_skipped: int = 0
+    taken_gpu_s: float = 0.0
+    misses: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in Miss})
+
+    def charge_idle(self, aside_at: float, warm_at: float, until: float, gpus: int = 1) -> None:
+        """GPUs set aside at `aside_at`, warm at `warm_at`, idle until `until`."""
+        if gpus <= 0 or until <= aside_at:
+            return
+        warm_end = min(warm_at, until)
+        if warm_end > aside_at:
+            self.warming_gpu_s += (warm_end - aside_at) * gpus
+        if until > warm_at:
+            self.ready_idle_gpu_s += (until - max(warm_at, aside_at)) * gpus
+
+    def result(self, policy: str, capacity: int, cold_start_s: float) -> dict[str, object]:
+        ttg = sorted(self.time_to_gpu)
+        jobs = len(ttg)
+        busy_h = self.busy_gpu_s / 3600.0
+        idle_h = (self.warming_gpu_s + self.ready_idle_gpu_s) / 3600.0
+        return {
+            "policy": policy,
+            "jobs": jobs,
+            "jobs_skipped": self.jobs_skipped,
+            "capacity_gpus": capacity,
+            "cold_start_s": cold_start_s,
+            "mean_time_to_gpu_s": round(sum(ttg) / jobs, 3) if jobs else 0.0,
+            "p50_time_to_gpu_s": round(percentile(ttg, 50), 3),
+            "p95_time_to_gpu_s": round(percentile(ttg, 95), 3),
+            "p99_time_to_gpu_s": round(percentile(ttg, 99), 3),
+            "max_time_to_gpu_s": round(ttg[-1], 3) if ttg else 0.0,
+            "mean_queue_wait_s": round(sum(self.queue_wait) / jobs, 3) if jobs else 0.0,
+            "warm_hits": self.warm_hits,
+            "warm_hit_rate": round(self.warm_hits / jobs, 6) if jobs else 0.0,
+            "busy_gpu_hours": round(busy_h, 3),
+            "idle_gpu_hours": round(idle_h, 3),
+            "idle_warming_gpu_hours": round(self.warming_gpu_s / 3600.0, 3),
+            "idle_ready_gpu_hours": round(self.ready_idle_gpu_s / 3600.0, 3),
+            "idle_ratio": round(idle_h / busy_h, 6) if busy_h else 0.0,
+            "taken_gpu_hours": round(self.taken_gpu_s / 3600.0, 3),
+            "holds_placed": self.holds_placed,
+            "holds_failed": self.holds_failed,
+            "hold_gpus_placed": self.hold_gpus_placed,
+            "hold_gpus_claimed": self.hold_gpus_claimed,
+            "hold_gpus_expired": self.hold_gpus_expired,
+            "hold_gpus_preempted": self.hold_gpus_preempted,
+            "preemptions": self.preemptions,
+            "misses": dict(self.misses),
+        }
