@@ -122,6 +122,7 @@ class AllocationRow(SQLModel, table=True):
     strategy: str
     job_class: str
     label: str | None = None
+    warmup: str | None = None
     command_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     task_status: str | None = None
     exit_code: int | None = None

@@ -58,6 +58,12 @@ class AllocationCreate(WireModel):
     command: Command | None = Field(
         default=None, description="Run this on the node with the GPUs visible."
     )
+    warmup: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LEN,
+        description="Warm-up profile the node runs before the GPUs count as usable (a cold "
+        "start measured into time_to_gpu_s).",
+    )
     label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
 
 
@@ -82,6 +88,7 @@ class Allocation(BaseModel):
     strategy: Strategy
     job_class: JobClass
     label: str | None
+    warmup: str | None = None
     command: list[str] | None
     task_status: TaskStatus | None
     exit_code: int | None

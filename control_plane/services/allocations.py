@@ -98,6 +98,7 @@ def create(
         strategy=body.strategy.value,
         job_class=body.job_class.value,
         label=body.label,
+        warmup=body.warmup,
         command_json=json.dumps(body.command) if body.command else None,
     )
     cluster = placing.load_cluster(session)
@@ -146,8 +147,8 @@ def _apply(
     lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
     # Fields first, then the state change: its event insert flushes them in one UPDATE.
     alloc.allocated_at = now
-    # A reactive allocation's GPUs are usable once assigned; the job pays its own cold start.
-    alloc.ready_at = now
+    # Usable once assigned, unless a warm-up must run first: then when the node says so.
+    alloc.ready_at = None if alloc.warmup else now
     alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
     if preempted:
         alloc.preempted_json = json.dumps([h.id for h in preempted])

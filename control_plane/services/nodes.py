@@ -198,6 +198,8 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
                     gpu_uuids=by_alloc[alloc.id],
                     command=json.loads(alloc.command_json) if alloc.command_json else None,
                     task_status=alloc.task_status,
+                    # Warm only what is not usable yet; a ready allocation needs nothing.
+                    warmup=alloc.warmup if alloc.ready_at is None else None,
                     expires_at=utc_from_epoch(alloc.expires_at),
                 )
             )

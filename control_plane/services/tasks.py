@@ -7,7 +7,7 @@ from sqlmodel import Session
 from control_plane.db.models import AllocationRow
 from control_plane.schemas.allocations import Allocation
 from control_plane.schemas.enums import AllocationStatus, TaskStatus
-from control_plane.schemas.nodes import TaskReport
+from control_plane.schemas.nodes import TaskReport, WarmupReport
 from control_plane.services import lifecycle
 from control_plane.services.allocations import schedule_pending
 from control_plane.services.errors import NotFound
@@ -16,13 +16,32 @@ from control_plane.services.views import allocation_view
 FINAL = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
-def report(
-    session: Session, *, node_id: str, allocation_id: str, body: TaskReport, now: float
-) -> Allocation:
+def _on_node(session: Session, node_id: str, allocation_id: str) -> AllocationRow:
     alloc = session.get(AllocationRow, allocation_id)
     gpus = allocation_view(session, alloc).gpus if alloc is not None else []
     if alloc is None or not any(g.node_id == node_id for g in gpus):
         raise NotFound(f"allocation {allocation_id} not found on node {node_id}")
+    return alloc
+
+
+def report_warmup(
+    session: Session, *, node_id: str, allocation_id: str, body: WarmupReport, now: float
+) -> Allocation:
+    """The cold start of a reactive allocation ended: its GPUs are usable from now."""
+    alloc = _on_node(session, node_id, allocation_id)
+    if not body.started and alloc.ready_at is None:
+        alloc.ready_at = now
+        if not body.ok:
+            tail = (body.output_tail or "")[-400:]
+            alloc.reason = f"warm-up failed (exit {body.exit_code}); GPUs usable cold: {tail}"
+    session.flush()
+    return allocation_view(session, alloc)
+
+
+def report(
+    session: Session, *, node_id: str, allocation_id: str, body: TaskReport, now: float
+) -> Allocation:
+    alloc = _on_node(session, node_id, allocation_id)
     alloc.task_status = body.status.value
     if body.exit_code is not None:
         alloc.exit_code = body.exit_code

@@ -99,6 +99,7 @@ def _allocation(row: AllocationRow, gpus: list[AssignedGpu]) -> Allocation:
         strategy=row.strategy,
         job_class=row.job_class,
         label=row.label,
+        warmup=row.warmup,
         command=json.loads(row.command_json) if row.command_json else None,
         task_status=row.task_status,
         exit_code=row.exit_code,

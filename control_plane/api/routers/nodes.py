@@ -76,6 +76,22 @@ def report_task(
     return result
 
 
+@router.post("/nodes/{node_id}/allocations/{allocation_id}/warmup", response_model=Allocation)
+def report_allocation_warmup(
+    node_id: str,
+    allocation_id: str,
+    body: WarmupReport,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> Allocation:
+    with db.write() as session:
+        result = tasks.report_warmup(
+            session, node_id=node_id, allocation_id=allocation_id, body=body, now=clock()
+        )
+    return result
+
+
 @router.get("/nodes", response_model=list[Node])
 def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) -> list[Node]:
     return nodes.list_nodes(db)

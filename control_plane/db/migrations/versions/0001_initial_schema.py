@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 05:24:01.547418
+Create Date: 2026-11-22 05:43:43.397554
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def upgrade() -> None:
         sa.Column("strategy", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("job_class", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("label", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
+        sa.Column("warmup", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("command_json", sa.Text(), nullable=True),
         sa.Column("task_status", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
