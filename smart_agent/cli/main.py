@@ -87,6 +87,33 @@ def node(
     )
 
 
+@app.command()
+def replay(
+    trace: Path = typer.Option(..., "--trace", help="Job trace CSV (schema: docs/replay.md)."),
+    capacity: int = typer.Option(..., "--capacity", min=1, help="GPUs in the cluster."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
+    cold_start: float = typer.Option(120.0, "--cold-start", min=0, help="Seconds to warm."),
+    policy: list[str] = typer.Option(
+        ..., "--policy", help="reactive, oracle, keepalive:S, static:N, hybrid-histogram, ..."
+    ),
+    fmt: str = typer.Option("table", "--format", help="table or json"),
+) -> None:
+    """Replay a job trace through the scheduling core under each pre-warm policy."""
+    from control_plane.replay import TraceError, format_results, run_replay
+
+    if fmt not in ("table", "json"):
+        typer.echo(f"error: --format {fmt!r}: allowed values are table, json", err=True)
+        raise typer.Exit(2)
+    try:
+        results = run_replay(
+            trace, capacity, gpus_per_node=gpus_per_node, cold_start_s=cold_start, policies=policy
+        )
+    except (TraceError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    print(format_results(results, fmt))
+
+
 def main() -> None:
     app()
 
