@@ -1,0 +1,408 @@
+"""The agent's core: events in, forecasts through the policy, holds made, claimed and scored.
+
+Single-threaded by design: the runner feeds it events and ticks from one queue, so nothing
+here needs a lock. Every network failure becomes a logged outcome, never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from control_plane.schemas.allocations import Allocation, Hold
+from predictors import HistoryBuilder
+from predictors.types import Event, EventKind, Forecast
+from smart_agent.client import Client, JitgpuError
+from smart_agent.decide import Decision, HeldWindow, PolicyState, decide
+from smart_agent.policy import Policy
+from smart_agent.predictor_set import PredictorSet
+from smart_agent.predlog import PredictionLog
+
+log = logging.getLogger("jitgpu.agent")
+
+ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
+CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
+
+
+@dataclass
+class OpenJob:
+    log_id: int
+    allocation_id: str | None
+
+
+@dataclass
+class CycleReport:
+    forecasts: list[Forecast] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    holds: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+
+
+Notify = Callable[[str, dict], None]
+
+
+class Agent:
+    """Turns one user's events into holds and claims, within the pre-warm policy."""
+
+    def __init__(
+        self,
+        *,
+        user: str,
+        policy: Policy,
+        client: Client,
+        log_: PredictionLog,
+        predictors: PredictorSet,
+        clock: Callable[[], float] = time.time,
+        lease_s: int | None = None,
+        allocate_on_miss: bool = False,
+        notify: Notify | None = None,
+    ) -> None:
+        self.user = user
+        self.policy = policy
+        self.client = client
+        self.log = log_
+        self.predictors = predictors
+        self.clock = clock
+        self.lease_s = lease_s
+        self.allocate_on_miss = allocate_on_miss
+        self.notify: Notify = notify or (lambda kind, data: None)
+        self.history = HistoryBuilder()
+        self._open_jobs: dict[str, OpenJob] = {}
+        self._last_cue: str | None = None
+
+    # --- events ----------------------------------------------------------------------
+    def observe(self, event: Event) -> None:
+        """Learn from an event; a job arriving claims a hold, a job ending releases its GPUs."""
+        self.history.observe(event)
+        if event.kind == EventKind.CUE:
+            self._last_cue = event.cue
+        if event.user != self.user:
+            return
+        if event.kind in ARRIVALS:
+            key = event.job_id or f"{event.source}:{event.at}"
+            if key not in self._open_jobs:
+                self._open_jobs[key] = self._arrive(event)
+        elif event.kind == EventKind.JOB_FINISHED and event.job_id in self._open_jobs:
+            self._finish(self._open_jobs.pop(event.job_id))
+
+    def _arrive(self, event: Event) -> OpenJob:
+        now = self.clock()
+        job_id = self.log.job(
+            at=event.at,
+            user=event.user,
+            gpus=event.gpus,
+            gpu_model=event.gpu_model,
+            source=event.source,
+            job_ref=event.job_id,
+        )
+        best = self._best_hold(event.gpus, event.gpu_model)
+        hold = best[0] if best else None
+        alloc: Allocation | None = None
+        try:
+            if best is not None:
+                row, current = best
+                alloc = self.client.claim(
+                    row["hold_id"], lease_s=self.lease_s, idempotency_key=f"claim:{row['hold_id']}"
+                )
+                self.log.hold_outcome(
+                    row["hold_id"],
+                    outcome="claimed",
+                    at=now,
+                    claimed_at=now,
+                    job_id=job_id,
+                    idle_gpu_minutes=_idle_of(current, now),
+                )
+            elif self.allocate_on_miss:
+                alloc = self.client.allocate(
+                    max(1, event.gpus or 1),
+                    gpu_model=event.gpu_model or self.policy.gpu_model,
+                    lease_s=self.lease_s,
+                    use_holds=False,
+                    warmup=self.policy.warmup_for(event.gpu_model or self.policy.gpu_model),
+                    idempotency_key=f"job:{self.user}:{job_id}",
+                )
+        except JitgpuError as exc:
+            log.warning("job %s: could not get GPUs: %s", event.job_id, exc)
+        if alloc is not None:
+            self.log.job_update(
+                job_id,
+                allocation_id=alloc.id,
+                hold_id=alloc.hold_id,
+                warm=alloc.warm,
+                time_to_gpu_s=alloc.time_to_gpu_s,
+            )
+        self.notify(
+            "job",
+            {
+                "job": event.job_id,
+                "gpus": event.gpus,
+                "hold": hold["hold_id"] if hold else None,
+                "allocation": alloc.id if alloc else None,
+                "warm": bool(alloc and alloc.warm),
+                "time_to_gpu_s": alloc.time_to_gpu_s if alloc else None,
+            },
+        )
+        return OpenJob(job_id, alloc.id if alloc else None)
+
+    def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
+        """The agent's hold a job should take (the readiest that fits it), with its state."""
+        candidates = []
+        for row in self.log.pending_holds():
+            if gpus is not None and (row["hold_gpus"] or 0) < gpus:
+                continue
+            if model is not None and row["gpu_model"] not in (None, model):
+                continue
+            try:
+                current = self.client.get_hold(row["hold_id"])
+            except JitgpuError:
+                continue
+            rank = CLAIM_ORDER.get(current.status.value)
+            if rank is not None:
+                candidates.append((rank, row["hold_gpus"] or 0, row["id"], row, current))
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda c: c[:3])
+        return best[3], best[4]
+
+    def _finish(self, job: OpenJob) -> None:
+        self.log.job_update(job.log_id, ended_at=self.clock())
+        if job.allocation_id is None:
+            return
+        try:
+            self.client.release(job.allocation_id)
+        except JitgpuError as exc:
+            log.warning("release of %s failed: %s", job.allocation_id, exc)
+
+    # --- cycles ----------------------------------------------------------------------
+    def cycle(self, *, trigger: str, cue: str | None = None) -> CycleReport:
+        """Forecast, decide every forecast under the policy, request the holds it allows."""
+        now = self.clock()
+        cue = cue or (self._last_cue if trigger == "cue" else None)
+        cue = None if cue is None else str(cue)
+        context = self.history.context(self.user, now)
+        report = CycleReport()
+        report.forecasts = self.predictors.predict(context, now)
+        cycle_id = self.log.cycle(
+            at=now, user=self.user, trigger=trigger, cue=cue, context=_context_summary(context)
+        )
+        for member, forecasts in self.predictors.shadow().items():
+            for f in forecasts:
+                self.log.forecast(
+                    f,
+                    cycle_id=cycle_id,
+                    made_at=now,
+                    user=self.user,
+                    decision="shadow",
+                    reason=f"{member} in shadow",
+                    cue=cue,
+                )
+        state = self.policy_state(now)
+        for forecast in report.forecasts:
+            decision = decide(self.policy, forecast, now=now, state=state, cue=cue)
+            report.decisions.append(decision)
+            fid = self.log.forecast(
+                forecast,
+                cycle_id=cycle_id,
+                made_at=now,
+                user=self.user,
+                decision="accepted" if decision.accepted else "rejected",
+                reason=decision.reason,
+                cue=cue,
+            )
+            self.notify(
+                "forecast",
+                {
+                    "predictor": forecast.predictor,
+                    "gpus": forecast.gpu_count,
+                    "in_s": round(forecast.start_at - now),
+                    "confidence": round(forecast.confidence, 2),
+                    "decision": decision.reason,
+                },
+            )
+            if decision.accepted and decision.intent is not None:
+                hold_id = self._request(decision, fid, now)
+                if hold_id is not None:
+                    report.holds.append(hold_id)
+                    intent = decision.intent
+                    state.held_gpus += intent.gpu_count
+                    state.windows.append(
+                        HeldWindow(
+                            intent.start_at,
+                            intent.start_at + intent.ttl_s,
+                            intent.gpu_count,
+                            intent.gpu_model,
+                        )
+                    )
+                    if cue is not None:
+                        state.last_hold_at[cue] = now
+        report.cancelled = self._cancel_unsupported(report.forecasts, now)
+        return report
+
+    def _request(self, decision: Decision, forecast_id: int, now: float) -> str | None:
+        intent = decision.intent
+        assert intent is not None
+        try:
+            hold = self.client.hold(
+                intent.gpu_count,
+                ttl_s=intent.ttl_s,
+                start_in_s=max(0.0, intent.start_at - now),
+                lead_s=intent.lead_s,
+                confidence=intent.confidence,
+                gpu_model=intent.gpu_model,
+                warmup=intent.warmup,
+                source="agent",
+                idempotency_key=f"forecast:{forecast_id}",
+            )
+        except JitgpuError as exc:
+            # The server's budget wins over the local policy: record why, request nothing more.
+            self.log.hold_refused(forecast_id, reason=f"server: {exc.code}: {exc.message}", at=now)
+            self.notify("refused", {"code": exc.code, "message": exc.message})
+            return None
+        self.log.hold_made(forecast_id, hold_id=hold.id, gpus=hold.gpu_count)
+        self.notify(
+            "hold",
+            {
+                "hold": hold.id,
+                "gpus": hold.gpu_count,
+                "status": hold.status.value,
+                "start_in_s": round(intent.start_at - now),
+            },
+        )
+        return hold.id
+
+    def _cancel_unsupported(self, forecasts: list[Forecast], now: float) -> list[str]:
+        """Cancel holds not yet due that no current forecast supports any more."""
+        cancelled = []
+        for row in self.log.pending_holds():
+            if row["start_at"] <= now or now - row["made_at"] < 60:
+                continue
+            supported = any(
+                f.confidence >= self.policy.cancel_below
+                and f.start_at <= row["end_at"]
+                and row["start_at"] <= f.end_at
+                for f in forecasts
+            )
+            if supported:
+                continue
+            try:
+                hold = self.client.cancel_hold(row["hold_id"])
+            except JitgpuError:
+                continue
+            self.log.hold_outcome(
+                row["hold_id"], outcome="cancelled", at=now, idle_gpu_minutes=_idle_of(hold, now)
+            )
+            cancelled.append(row["hold_id"])
+            self.notify("cancel", {"hold": row["hold_id"]})
+        return cancelled
+
+    # --- outcomes --------------------------------------------------------------------
+    def reconcile(self) -> int:
+        """Learn what became of pending holds and of jobs whose time-to-GPU was not known."""
+        now = self.clock()
+        changed = 0
+        for row in self.log.pending_holds():
+            try:
+                hold = self.client.get_hold(row["hold_id"])
+            except JitgpuError as exc:
+                if exc.status == 404:
+                    self.log.hold_outcome(row["hold_id"], outcome="failed", at=now)
+                continue
+            status = hold.status.value
+            if status in ("expired", "cancelled", "preempted", "failed", "claimed"):
+                ended = hold.ended_at.timestamp() if hold.ended_at else now
+                self.log.hold_outcome(
+                    row["hold_id"],
+                    outcome=status,
+                    at=ended,
+                    idle_gpu_minutes=_idle_of(hold, ended),
+                    claimed_at=ended if status == "claimed" else None,
+                )
+                self.notify("outcome", {"hold": row["hold_id"], "outcome": status})
+                changed += 1
+        for job in self.log.query(
+            "SELECT id, allocation_id FROM jobs WHERE allocation_id IS "
+            "NOT NULL AND time_to_gpu_s IS NULL"
+        ):
+            try:
+                alloc = self.client.get_allocation(job["allocation_id"])
+            except JitgpuError:
+                continue
+            if alloc.time_to_gpu_s is not None:
+                self.log.job_update(job["id"], time_to_gpu_s=alloc.time_to_gpu_s)
+                self.notify("ready", {"allocation": alloc.id, "time_to_gpu_s": alloc.time_to_gpu_s})
+                changed += 1
+        return changed
+
+    def policy_state(self, now: float) -> PolicyState:
+        pending = self.log.pending_holds()
+        midnight = (
+            datetime.fromtimestamp(now)
+            .replace(hour=0, minute=0, second=0, microsecond=0)
+            .timestamp()
+        )
+        idle = self.log.idle_gpu_hours_since(midnight)
+        lead = self.policy.lead_s
+        idle += sum(_idle_minutes(row, now, lead) for row in pending) / 60.0
+        last: dict[str, float] = {}
+        for row in self.log.query(
+            "SELECT cue, MAX(made_at) AS at FROM forecasts WHERE hold_id "
+            "IS NOT NULL AND cue IS NOT NULL GROUP BY cue"
+        ):
+            last[row["cue"]] = row["at"]
+        return PolicyState(
+            held_gpus=sum(row["hold_gpus"] or 0 for row in pending),
+            idle_gpu_hours_today=idle,
+            last_hold_at=last,
+            windows=[
+                HeldWindow(r["start_at"], r["end_at"], r["hold_gpus"] or 0, r["gpu_model"])
+                for r in pending
+            ],
+        )
+
+    def cancel_all(self) -> int:
+        """On a clean stop when configured: give back every hold the agent still has."""
+        n = 0
+        for row in self.log.pending_holds():
+            try:
+                hold = self.client.cancel_hold(row["hold_id"])
+            except JitgpuError:
+                continue
+            self.log.hold_outcome(
+                row["hold_id"],
+                outcome="cancelled",
+                at=self.clock(),
+                idle_gpu_minutes=_idle_of(hold, self.clock()),
+            )
+            n += 1
+        return n
+
+
+def _idle_minutes(row: dict, now: float, lead_s: float) -> float:
+    """A pending hold's idle GPU-minutes so far: from when the server placed it (at the
+    latest of its request and its start minus the lead) until now."""
+    placed = max(row["made_at"], row["start_at"] - lead_s)
+    return max(0.0, now - placed) * (row["hold_gpus"] or 0) / 60.0
+
+
+def _idle_of(hold: Hold, until: float) -> float:
+    """GPU-minutes the server says a hold sat placed and unused, until `until`."""
+    if hold.placed_at is None:
+        return 0.0
+    return max(0.0, until - hold.placed_at.timestamp()) * hold.gpu_count / 60.0
+
+
+def _context_summary(context: object) -> dict:
+    """What the predictors saw, as features and redacted excerpts (kept for review)."""
+    history = getattr(context, "history", None)
+    events = getattr(context, "events", ()) or ()
+    return {
+        "user": getattr(context, "user", None),
+        "jobs": getattr(history, "n_jobs", None),
+        "recent": [
+            {"kind": str(e.kind), "at": e.at, "gpus": e.gpus, "cue": e.cue, "excerpt": e.excerpt}
+            for e in list(events)[-10:]
+        ],
+    }

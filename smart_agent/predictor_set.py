@@ -1,0 +1,108 @@
+"""Builds the predictors a policy names, and keeps each member's own forecasts for the log."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from predictors import (
+    BurstPredictor,
+    CuePredictor,
+    Ensemble,
+    EwmaPredictor,
+    HistogramPredictor,
+    SeasonalityPredictor,
+)
+from predictors.context import Context
+from predictors.llm_outcome import LlmOutcome
+from predictors.types import Forecast
+from smart_agent.policy import Policy
+
+BASELINE = "burst"
+
+
+class Recorded:
+    """A predictor whose last forecasts are kept, so every member can be logged in shadow."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self.expensive = getattr(inner, "expensive", False)
+        self.last: list[Forecast] = []
+
+    @property
+    def last_failed(self) -> bool:
+        return bool(getattr(self.inner, "last_failed", False))
+
+    @property
+    def last_cost(self) -> Any:
+        return getattr(self.inner, "last_cost", None)
+
+    def predict(self, context: Context, now: float) -> list[Forecast]:
+        self.last = []
+        self.last = list(self.inner.predict(context, now))
+        return self.last
+
+
+def _statistical(name: str) -> Any:
+    return {
+        "burst": BurstPredictor,
+        "histogram": HistogramPredictor,
+        "cues": CuePredictor,
+        "seasonality": SeasonalityPredictor,
+        "ewma": EwmaPredictor,
+    }[name]()
+
+
+class PredictorSet:
+    """The members a policy asks for, combined as the policy says (ensemble or union)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        on_llm_outcome: Callable[[LlmOutcome], None] | None = None,
+        llm_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        members: list[Recorded] = []
+        for name in policy.predictors:
+            if name == "llm":
+                members.append(Recorded(self._llm(policy, on_llm_outcome, llm_kwargs or {})))
+            else:
+                members.append(Recorded(_statistical(name)))
+        self.members = members
+        names = [m.name for m in members]
+        baseline = BASELINE if BASELINE in names else names[0]
+        self.ensemble = (
+            None
+            if policy.ensemble == "off"
+            else Ensemble(members, baseline=baseline, mode=policy.ensemble)
+        )
+
+    @staticmethod
+    def _llm(
+        policy: Policy, on_outcome: Callable[[LlmOutcome], None] | None, kwargs: dict[str, Any]
+    ) -> Any:
+        from predictors.llm import LlmPredictor  # litellm is heavy: load it only when used
+
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        assert policy.llm is not None  # the policy validator guarantees it
+        return LlmPredictor(
+            policy.llm.llm_config(), on_outcome=on_outcome, completion_kwargs=kwargs
+        )
+
+    def predict(self, context: Context, now: float) -> list[Forecast]:
+        if self.ensemble is not None:
+            return self.ensemble.predict(context, now)
+        out: list[Forecast] = []
+        for member in self.members:
+            try:
+                out.extend(member.predict(context, now))
+            except Exception:  # one member must not stop the others
+                member.last = []
+        return out
+
+    def shadow(self) -> dict[str, list[Forecast]]:
+        """Each member's forecasts of the last call, acted on or not."""
+        return {m.name: m.last for m in self.members}
