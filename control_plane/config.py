@@ -30,6 +30,7 @@ class ServerSettings(BaseModel):
     retention_days: float = Field(default=30.0, gt=0, le=3650)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
+    log_format: str = Field(default="json", pattern="^(json|text)$")
     migrate: bool = True
 
 
@@ -44,6 +45,7 @@ ENV_KEYS = {
     "JITGPU_RUN_JOBS": "run_jobs",
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
+    "JITGPU_LOG_FORMAT": "log_format",
 }
 
 

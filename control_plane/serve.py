@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
+from control_plane import logs
 from control_plane.config import ConfigError, load_settings
 
 
@@ -30,12 +30,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
             file=sys.stderr,
             flush=True,
         )
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # The database driver drops the GIL on every statement; with the default 5 ms switch
-    # interval a write transaction waits that long to get it back from the event loop.
-    sys.setswitchinterval(0.0005)
+    logs.configure(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)
     except DatabaseConfigError as exc:
@@ -46,6 +41,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
     )

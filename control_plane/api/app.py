@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from control_plane.api import errors
+from control_plane.api import errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
 from control_plane.api.routers import allocations, health, holds, nodes, tenants
@@ -57,8 +57,11 @@ def create_app(
     app.state.clock = clock
     app.state.key_cache = KeyCache(ttl_s=key_cache_ttl_s)
     app.state.jobs = None
+    app.state.metrics, request_histogram = observability.make_registry(database)
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for module in (health, tenants, nodes, allocations, holds):
+    # Added last, so it runs first: every request, refused ones too, gets an id and a line.
+    app.add_middleware(observability.RequestObserver, histogram=request_histogram)
+    for module in (health, tenants, nodes, allocations, holds, observability):
         app.include_router(module.router)
     return app

@@ -22,6 +22,7 @@ from control_plane.db.models import (
     HoldRow,
     NodeRow,
 )
+from control_plane.metrics import placement_seconds
 from control_plane.scheduling.cluster import ClusterState, GpuSlot
 from control_plane.scheduling.placement import PlacementRequest, place
 from control_plane.scheduling.preemption import HoldView, choose_preemptions
@@ -177,7 +178,8 @@ def request_of(gpu_count: int, gpu_model: str | None, strategy: str) -> Placemen
 
 
 def find_gpus(cluster: Cluster, request: PlacementRequest) -> list[tuple[str, str]] | None:
-    uuids = place(cluster.state, request)
+    with placement_seconds.time():
+        uuids = place(cluster.state, request)
     if uuids is None:
         return None
     return [(u, cluster.node_of[u]) for u in uuids]

@@ -1,0 +1,90 @@
+"""Request ids, access logs and request metrics, as one cheap ASGI middleware; and /metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from control_plane.logs import request_id
+from control_plane.metrics import ClusterCollector, placement_seconds
+
+access = logging.getLogger("jitgpu.access")
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def make_registry(db: object) -> tuple[CollectorRegistry, Histogram]:
+    """A registry per app (tests build many apps): request latency, placement, the cluster."""
+    registry = CollectorRegistry()
+    requests = Histogram(
+        "jitgpu_request_seconds",
+        "Request latency by route.",
+        ["method", "route", "status"],
+        buckets=BUCKETS,
+        registry=registry,
+    )
+    registry.register(placement_seconds)
+    registry.register(ClusterCollector(db))
+    return registry, requests
+
+
+class RequestObserver:
+    """Gives each request an id (X-Request-ID in and out), times it and logs one line."""
+
+    def __init__(self, app: ASGIApp, histogram: Histogram) -> None:
+        self.app = app
+        self.histogram = histogram
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")[:64]
+        rid = incoming if incoming.isprintable() and incoming else uuid.uuid4().hex[:16]
+        token = request_id.set(rid)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            self.histogram.labels(scope["method"], template, f"{status // 100}xx").observe(elapsed)
+            access.info(
+                "%s %s %d",
+                scope["method"],
+                template,
+                status,
+                extra={
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "path": scope.get("path"),
+                },
+            )
+            request_id.reset(token)
+
+
+router = APIRouter()
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    registry = request.app.state.metrics
+    # Collecting reads the database; keep it off the event loop.
+    body = await run_in_threadpool(generate_latest, registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
