@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from smart_agent.cli import admin, resources
+from smart_agent.cli.policy import policy_app
 
 app = typer.Typer(
     name="jitgpu",
@@ -18,6 +19,7 @@ app = typer.Typer(
 app.add_typer(resources.alloc_app, name="alloc")
 app.add_typer(resources.hold_app, name="hold")
 app.add_typer(admin.admin_app, name="admin")
+app.add_typer(policy_app, name="policy")
 
 
 @app.command()
