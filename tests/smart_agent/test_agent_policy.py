@@ -128,3 +128,14 @@ def test_quiet_hours_wrap_midnight() -> None:
     assert policy.is_quiet(datetime(2026, 11, 18, 23, 30).timestamp())
     assert policy.is_quiet(datetime(2026, 11, 18, 6, 59).timestamp())
     assert not policy.is_quiet(datetime(2026, 11, 18, 7, 0).timestamp())
+
+
+def test_shipped_and_documented_policies_are_valid(tmp_path: Path) -> None:
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    load_model(Policy, repo / "configs" / "prewarm-policy.yaml")
+    examples = re.findall(r"```yaml\n(.*?)```", (repo / "docs" / "policy.md").read_text(), re.S)
+    assert len(examples) == 2
+    for text in examples:
+        load_model(Policy, _write(tmp_path, text))
