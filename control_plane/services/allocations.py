@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, TenantRow
@@ -22,7 +21,7 @@ from control_plane.schemas.enums import (
     HoldStatus,
     JobClass,
 )
-from control_plane.services import lifecycle, placing
+from control_plane.services import lifecycle, placing, sql
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Conflict, NotFound, QuotaExceeded
 from control_plane.services.events import move, record
@@ -45,13 +44,7 @@ def tenant_allocation_or_404(
 
 def _usage(session: Session, tenant_id: str) -> TenantUsage:
     """GPUs the tenant holds or waits for now (pending requests count: no queue-jumping)."""
-    rows = session.exec(
-        select(AllocationRow.job_class, func.sum(AllocationRow.gpu_count))
-        .where(
-            AllocationRow.tenant_id == tenant_id, col(AllocationRow.status).in_(ACTIVE_ALLOCATIONS)
-        )
-        .group_by(AllocationRow.job_class)
-    ).all()
+    rows = session.connection().execute(sql.ACTIVE_BY_CLASS, {"tenant": tenant_id}).all()
     by_class = {job_class: int(total or 0) for job_class, total in rows}
     return TenantUsage(
         online_gpus=by_class.get(JobClass.ONLINE.value, 0),

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sqlalchemy import insert
 from sqlmodel import Session
 
-from control_plane.db.models import EventRow
 from control_plane.scheduling.transitions import check_transition
+from control_plane.services import sql
 
 
 class Stateful(Protocol):
@@ -29,16 +28,17 @@ def record(
     reason: str | None = None,
 ) -> None:
     # A Core insert: events are write-only here, and the ORM's unit of work costs more.
-    session.execute(
-        insert(EventRow).values(
-            at=at,
-            kind=kind,
-            object_id=object_id,
-            tenant_id=tenant_id,
-            from_state=from_state,
-            to_state=to_state,
-            reason=reason,
-        )
+    session.connection().execute(
+        sql.INSERT_EVENT,
+        {
+            "at": at,
+            "kind": kind,
+            "object_id": object_id,
+            "tenant_id": tenant_id,
+            "from_state": from_state,
+            "to_state": to_state,
+            "reason": reason,
+        },
     )
 
 

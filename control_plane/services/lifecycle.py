@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import insert
-from sqlmodel import Session, col, select, update
+from sqlmodel import Session, col, select
 
-from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow, TenantRow
+from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow
 from control_plane.scheduling.fairshare import DecayedUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
-from control_plane.services import placing
+from control_plane.services import placing, sql
 from control_plane.services.events import move, record
 
 
@@ -25,8 +24,8 @@ def assign(
 ) -> None:
     """Set GPUs aside; `gpus` is (uuid, node_id) pairs. The unique index refuses a double."""
     placing.load_cluster(session).take([uuid for uuid, _ in gpus])
-    session.execute(
-        insert(AssignmentRow),
+    session.connection().execute(
+        sql.INSERT_ASSIGNMENT,
         [
             {
                 "gpu_uuid": uuid,
@@ -44,13 +43,12 @@ def assign(
 def end_assignments(
     session: Session, *, now: float, hold_id: str | None = None, allocation_id: str | None = None
 ) -> None:
-    stmt = update(AssignmentRow).where(col(AssignmentRow.ended_at).is_(None))
-    if hold_id is not None:
-        stmt = stmt.where(col(AssignmentRow.hold_id) == hold_id)
-    if allocation_id is not None:
-        stmt = stmt.where(col(AssignmentRow.allocation_id) == allocation_id)
+    if (hold_id is None) == (allocation_id is None):
+        raise ValueError("end_assignments needs exactly one of hold_id and allocation_id")
+    statement = sql.END_HOLD_ASSIGNMENTS if hold_id is not None else sql.END_ALLOCATION_ASSIGNMENTS
     freed = (
-        session.execute(stmt.values(ended_at=now).returning(col(AssignmentRow.gpu_uuid)))
+        session.connection()
+        .execute(statement, {"owner": hold_id or allocation_id, "now": now})
         .scalars()
         .all()
     )
@@ -103,17 +101,12 @@ def _charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: flo
     """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
     if gpu_seconds <= 0:
         return
-    row = session.execute(
-        select(TenantRow.usage_gpu_s, TenantRow.usage_at).where(TenantRow.id == tenant_id)
-    ).first()
+    conn = session.connection()
+    row = conn.execute(sql.READ_USAGE, {"tenant": tenant_id}).first()
     if row is None:
         return
     usage = DecayedUsage(row[0], row[1]).charge(gpu_seconds, now)
-    session.execute(
-        update(TenantRow)
-        .where(col(TenantRow.id) == tenant_id)
-        .values(usage_gpu_s=usage.value, usage_at=usage.at)
-    )
+    conn.execute(sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
 
 
 def move_node(

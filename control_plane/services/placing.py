@@ -12,12 +12,11 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, event, update
+from sqlalchemy import Engine, event
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import (
     AssignmentRow,
-    ClusterEpochRow,
     GpuRow,
     HoldRow,
     NodeRow,
@@ -28,6 +27,7 @@ from control_plane.scheduling.placement import PlacementRequest, place
 from control_plane.scheduling.preemption import HoldView, choose_preemptions
 from control_plane.schemas.allocations import AssignedGpu
 from control_plane.schemas.enums import HoldStatus, NodeStatus
+from control_plane.services import sql
 
 PLACED_HOLD_STATUSES = (HoldStatus.PLACED.value, HoldStatus.WARMING.value, HoldStatus.READY.value)
 
@@ -119,7 +119,7 @@ def load_cluster(session: Session) -> Cluster:
         return cluster
     if not session.info.get("serialised"):
         raise RuntimeError("placement needs a write transaction with placement=True")
-    epoch = session.exec(select(ClusterEpochRow.value).where(ClusterEpochRow.id == 1)).one()
+    epoch = session.connection().execute(sql.READ_EPOCH).scalar_one()
     cached = _cache(session)
     if cached.epoch != epoch or cached.cluster is None:
         cached.epoch, cached.cluster = None, _build(session)
@@ -138,12 +138,7 @@ def mark_changed(session: Session, *, inventory: bool = False) -> None:
 @event.listens_for(Session, "before_commit")
 def _bump_epoch(session: Session) -> None:
     if session.info.get("changed"):
-        new = session.execute(
-            update(ClusterEpochRow)
-            .where(col(ClusterEpochRow.id) == 1)
-            .values(value=col(ClusterEpochRow.value) + 1)
-            .returning(col(ClusterEpochRow.value))
-        ).scalar_one()
+        new = session.connection().execute(sql.BUMP_EPOCH).scalar_one()
         session.info["new_epoch"] = new
 
 

@@ -1,0 +1,59 @@
+"""Prebuilt Core statements for the hot paths: built once, so each use skips the statement
+construction and cache-key work that dominates a small transaction's Python time."""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, func, insert, select, update
+
+from control_plane.db.models import (
+    AllocationRow,
+    AssignmentRow,
+    ClusterEpochRow,
+    EventRow,
+    TenantRow,
+)
+
+ASSIGNMENT = AssignmentRow.__table__
+EVENT = EventRow.__table__
+EPOCH = ClusterEpochRow.__table__
+TENANT = TenantRow.__table__
+ALLOCATION = AllocationRow.__table__
+
+INSERT_EVENT = insert(EVENT)
+INSERT_ASSIGNMENT = insert(ASSIGNMENT)
+
+END_ALLOCATION_ASSIGNMENTS = (
+    update(ASSIGNMENT)
+    .where(ASSIGNMENT.c.ended_at.is_(None), ASSIGNMENT.c.allocation_id == bindparam("owner"))
+    .values(ended_at=bindparam("now"))
+    .returning(ASSIGNMENT.c.gpu_uuid)
+)
+END_HOLD_ASSIGNMENTS = (
+    update(ASSIGNMENT)
+    .where(ASSIGNMENT.c.ended_at.is_(None), ASSIGNMENT.c.hold_id == bindparam("owner"))
+    .values(ended_at=bindparam("now"))
+    .returning(ASSIGNMENT.c.gpu_uuid)
+)
+
+READ_EPOCH = select(EPOCH.c.value).where(EPOCH.c.id == 1)
+BUMP_EPOCH = (
+    update(EPOCH).where(EPOCH.c.id == 1).values(value=EPOCH.c.value + 1).returning(EPOCH.c.value)
+)
+
+READ_USAGE = select(TENANT.c.usage_gpu_s, TENANT.c.usage_at).where(
+    TENANT.c.id == bindparam("tenant")
+)
+WRITE_USAGE = (
+    update(TENANT)
+    .where(TENANT.c.id == bindparam("tenant"))
+    .values(usage_gpu_s=bindparam("value"), usage_at=bindparam("at"))
+)
+
+ACTIVE_BY_CLASS = (
+    select(ALLOCATION.c.job_class, func.sum(ALLOCATION.c.gpu_count))
+    .where(
+        ALLOCATION.c.tenant_id == bindparam("tenant"),
+        ALLOCATION.c.status.in_(["pending", "allocated"]),
+    )
+    .group_by(ALLOCATION.c.job_class)
+)
