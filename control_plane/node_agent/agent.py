@@ -1,0 +1,270 @@
+"""The node agent's loop: register, heartbeat with telemetry, reconcile, report, drain on stop."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from importlib import metadata
+
+from control_plane.node_agent.client import (
+    ApiError,
+    Backoff,
+    ControlPlane,
+    NotFound,
+    Refused,
+    Rejected,
+    Unreachable,
+)
+from control_plane.node_agent.config import AgentConfig
+from control_plane.node_agent.gpus import Discovery, GpuBackend, GpuSample
+from control_plane.node_agent.local import HOLD_WARMUP, Report
+from control_plane.node_agent.procs import ChildRegistry
+from control_plane.node_agent.reconcile import Work
+from control_plane.node_agent.telemetry import HostProbe, gpu_telemetry
+from control_plane.schemas.nodes import GpuSpec, Heartbeat, NodeRegister, WarmupReport
+
+log = logging.getLogger("jitgpu.node")
+
+EXIT_OK, EXIT_REFUSED = 0, 3
+
+
+def agent_version() -> str:
+    try:
+        return f"jitgpu-node {metadata.version('jitgpu')}"
+    except metadata.PackageNotFoundError:
+        return "jitgpu-node dev"
+
+
+class Agent:
+    """One node: its GPUs (through a backend), its work, and its link to the control plane.
+
+    `clock` is monotonic seconds and `wait(seconds)` pauses the loop; tests pass their own so
+    that no test sleeps. Worker threads (warm-ups, tasks) wake the loop when they finish, so a
+    result is reported at once rather than at the next heartbeat.
+    """
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        backend: GpuBackend,
+        client: ControlPlane,
+        *,
+        name: str,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
+        wait: Callable[[float], None] | None = None,
+        env: dict[str, str] | None = None,
+        registry: ChildRegistry | None = None,
+        discovery: Discovery | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.client = client
+        self.name = name
+        self.clock = clock
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.registry = registry or ChildRegistry(None)
+        self.work = Work(
+            cfg,
+            clock=clock,
+            env=dict(os.environ) if env is None else env,
+            on_change=self.wake.set,
+            registry=self.registry,
+        )
+        self.backoff = Backoff(
+            cfg.backoff.initial_s, cfg.backoff.max_s, cfg.backoff.multiplier, rng
+        )
+        self._wait = wait or self._wait_for_wake
+        cfg.cache_path.mkdir(parents=True, exist_ok=True)
+        self.host = HostProbe(cfg.cache_path)
+        self.discovery = discovery or backend.discover()
+        self.node_id: str | None = None
+        self.registered = False
+        self.status: str | None = None
+        self._healthy: dict[str, bool] = {}
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler: the loop notices at once and shuts down."""
+        self.stopping.set()
+        self.wake.set()
+
+    def _wait_for_wake(self, seconds: float) -> None:
+        self.wake.wait(seconds)
+        self.wake.clear()
+
+    # --- one round -------------------------------------------------------------------------
+    def register(self) -> None:
+        gpus = [
+            GpuSpec(uuid=g.uuid, model=g.model, memory_mb=g.memory_mb or 0, index=g.index)
+            for g in self.discovery.gpus
+        ]
+        body = NodeRegister(
+            name=self.name,
+            spine=self.cfg.spine,
+            leaf=self.cfg.leaf,
+            gpus=gpus,
+            agent_version=agent_version(),
+        )
+        node = self.client.register(body)
+        self.node_id = node.id
+        self.registered = True
+        self.status = node.status.value
+        log.info(
+            "registered as %s (%s) with %d GPU(s) on %s/%s",
+            node.name,
+            node.id,
+            len(node.gpus),
+            node.spine,
+            node.leaf,
+        )
+
+    def samples(self) -> list[GpuSample]:
+        try:
+            samples = self.backend.sample()
+        except Exception as exc:  # no GPU reading may stop the heartbeat itself
+            log.warning("GPU sampling failed (%r); heartbeat without GPU telemetry", exc)
+            return []
+        for s in samples:
+            before = self._healthy.get(s.uuid, True)
+            if s.healthy != before:
+                if s.healthy:
+                    log.info("GPU %s healthy again", s.uuid)
+                else:
+                    log.warning("GPU %s unhealthy: %s", s.uuid, s.reason)
+            self._healthy[s.uuid] = s.healthy
+        return samples
+
+    def heartbeat_body(self, *, draining: bool = False) -> Heartbeat:
+        return Heartbeat(
+            gpus=[gpu_telemetry(s) for s in self.samples()],
+            host=self.host.sample(),
+            draining=draining,
+        )
+
+    def beat(self) -> None:
+        """Register if needed, heartbeat, apply the desired state. Raises ApiError."""
+        if not self.registered:
+            self.register()
+        assert self.node_id is not None
+        body = self.heartbeat_body()
+        try:
+            reply = self.client.heartbeat(self.node_id, body)
+        except NotFound:
+            log.warning(
+                "the control plane does not know node %s (new database?); registering again",
+                self.node_id,
+            )
+            self.register()
+            reply = self.client.heartbeat(self.node_id, body)
+        if reply.status.value != self.status:
+            log.info("control plane reports this node %s", reply.status.value)
+            self.status = reply.status.value
+        self.work.apply(reply.assignments)
+
+    def flush(self) -> None:
+        """Send every due report; raises Unreachable (the rest wait for the next round)."""
+        if self.node_id is None:
+            return
+        for report in self.work.due_reports():
+            try:
+                self._send(report)
+            except NotFound:
+                log.info("%s %s is unknown to the control plane; forgetting it", *_what(report))
+                self.work.forget(report)
+                continue
+            except Rejected as exc:
+                # Sending the same body again would be refused again.
+                log.warning("control plane refused a report on %s %s: %s", *_what(report), exc)
+            report.sent()
+        self.work.tick()
+
+    def _send(self, report: Report) -> None:
+        assert self.node_id is not None
+        body = report.body
+        if isinstance(body, WarmupReport):
+            if report.kind == HOLD_WARMUP:
+                self.client.report_warmup(self.node_id, report.target, body)
+            else:
+                self.client.report_allocation_warmup(self.node_id, report.target, body)
+        else:
+            self.client.report_task(self.node_id, report.target, body)
+
+    def round(self) -> float:
+        """One heartbeat round; returns the seconds to wait before the next one."""
+        try:
+            self.beat()
+            self.flush()
+        except (Unreachable, Rejected) as exc:
+            # Register again once it answers: it may have restarted on another database.
+            self.registered = False
+            delay = self.backoff.next()
+            what = "unreachable" if isinstance(exc, Unreachable) else "refused the request"
+            log.warning(
+                "control plane %s (%s); retrying in %.1fs (attempt %d)",
+                what,
+                exc,
+                delay,
+                self.backoff.failures,
+            )
+            return delay
+        if self.backoff.failures:
+            log.info(
+                "reconnected to the control plane after %d failed attempt(s)",
+                self.backoff.failures,
+            )
+            self.backoff.reset()
+        return self.cfg.heartbeat_interval_s
+
+    # --- the loop --------------------------------------------------------------------------
+    def run(self) -> int:
+        orphans = self.registry.stop_orphans()
+        if orphans:
+            log.warning("stopped %d process group(s) left by a previous agent", len(orphans))
+        next_round = self.clock()
+        try:
+            while not self.stopping.is_set():
+                if self.clock() >= next_round:
+                    next_round = self.clock() + self.round()
+                elif self.registered:
+                    # A failure here is left to the next round, which reports it and backs off.
+                    with contextlib.suppress(ApiError):
+                        self.flush()
+                else:
+                    self.work.tick()
+                if not self.stopping.is_set():
+                    self._wait(max(0.0, next_round - self.clock()))
+        except Refused as exc:
+            log.error(
+                "the control plane refused this node's token (%s): check --token or "
+                "JITGPU_NODE_TOKEN",
+                exc,
+            )
+            self.shutdown(report=False)
+            return EXIT_REFUSED
+        self.shutdown(report=True)
+        return EXIT_OK
+
+    def shutdown(self, *, report: bool = True) -> None:
+        """Stop warm-ups and tasks (their process groups), report them, and report a drain."""
+        if self.work.busy():
+            log.info("stopping warm-ups and tasks")
+        self.work.stop_all(self.cfg.tasks.stop_grace_s)
+        if report and self.registered and self.node_id is not None:
+            try:
+                self.flush()
+                self.client.heartbeat(self.node_id, self.heartbeat_body(draining=True))
+                log.info("reported drain to the control plane")
+            except ApiError as exc:
+                log.warning("could not report the drain: %s", exc)
+        self.backend.close()
+        log.info("node agent stopped")
+
+
+def _what(report: Report) -> tuple[str, str]:
+    return ("hold" if report.kind == HOLD_WARMUP else "allocation", report.target)

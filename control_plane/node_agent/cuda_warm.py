@@ -1,0 +1,80 @@
+"""Create a CUDA context on every visible GPU (run as a script); exits 0 with a note if no CUDA.
+
+Run by the warm-up runner as `python cuda_warm.py` with CUDA_VISIBLE_DEVICES set. It loads
+the driver and touches each device, which is what makes the job's first CUDA call fast. It uses
+torch when it is installed and sees a GPU, else the driver API through ctypes. It imports
+nothing of jitgpu, so any interpreter can run it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+
+CUDA_ERROR_NO_DEVICE = 100
+
+
+def _with_torch() -> int | None:
+    try:
+        import torch
+    except Exception:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    for i in range(count):
+        torch.ones(1, device=f"cuda:{i}").add_(1).sum().item()
+    torch.cuda.synchronize()
+    return count
+
+
+def _with_driver() -> int | None:
+    """Device count after a context on each; None when there is no driver or no device."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    rc = cuda.cuInit(0)
+    if rc == CUDA_ERROR_NO_DEVICE:
+        return None
+    if rc != 0:
+        raise RuntimeError(f"cuInit failed with CUDA error {rc}")
+    count = ctypes.c_int(0)
+    _check(cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+    for ordinal in range(count.value):
+        device = ctypes.c_int(0)
+        _check(cuda.cuDeviceGet(ctypes.byref(device), ordinal), "cuDeviceGet")
+        context = ctypes.c_void_p()
+        _check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "context")
+        _check(cuda.cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease")
+    return count.value
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{what} failed with CUDA error {rc}")
+
+
+def main() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(all)")
+    start = time.monotonic()
+    try:
+        count = _with_torch()
+        how = "torch"
+        if count is None:
+            count, how = _with_driver(), "the driver API"
+    except Exception as exc:
+        print(f"cuda context warm failed on {visible}: {exc}", flush=True)
+        return 1
+    if not count:
+        print(f"cuda context warm skipped: no CUDA driver or device for {visible}", flush=True)
+        return 0
+    took = time.monotonic() - start
+    print(f"cuda context warm: {count} device(s) via {how} in {took:.2f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""`jitgpu node`: load the settings, pick the GPU backend, run the agent until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from control_plane.node_agent.agent import Agent
+from control_plane.node_agent.client import ControlPlane
+from control_plane.node_agent.config import ConfigError, load_config
+from control_plane.node_agent.discover import default_node_name, open_backend
+from control_plane.node_agent.nvml import NvmlUnavailable
+from control_plane.node_agent.procs import ChildRegistry
+
+log = logging.getLogger("jitgpu.node")
+
+EXIT_CONFIG = 2
+
+
+def run_node(
+    *,
+    server: str | None = None,
+    token: str | None = None,
+    name: str | None = None,
+    simulated_gpus: int | None = None,
+    gpu_model: str | None = None,
+    spine: str | None = None,
+    leaf: str | None = None,
+    config: Path | None = None,
+) -> int:
+    """Run the node agent in this process; returns the exit status (0 after SIGTERM)."""
+    simulated: dict[str, Any] = {"count": simulated_gpus, "model": gpu_model}
+    overrides: dict[str, Any] = {
+        "server": server,
+        "token": token,
+        "name": name,
+        "spine": spine,
+        "leaf": leaf,
+        "simulated": simulated,
+        # --simulated-gpus forces the simulated backend, whatever the machine has.
+        "backend": "simulated" if simulated_gpus is not None else None,
+    }
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    missing = [
+        hint
+        for value, hint in (
+            (cfg.server, "the control-plane URL (--server, JITGPU_SERVER or server:)"),
+            (cfg.token, "a node token (--token, JITGPU_NODE_TOKEN or token:)"),
+        )
+        if not value
+    ]
+    if missing:
+        print(f"error: the node agent needs {' and '.join(missing)}", file=sys.stderr)
+        return EXIT_CONFIG
+    assert cfg.server is not None and cfg.token is not None
+    logging.basicConfig(
+        level=cfg.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # One line per request would drown the agent's own events.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    node = cfg.name or default_node_name()
+    try:
+        backend = open_backend(cfg, node)
+    except NvmlUnavailable as exc:
+        print(f"error: backend is nvml but {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        cfg.cache_path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: cache_dir {cfg.cache_path}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
+    client = ControlPlane(cfg.server, cfg.token, timeout=cfg.request_timeout_s)
+    agent = Agent(
+        cfg,
+        backend,
+        client,
+        name=node,
+        registry=ChildRegistry(cfg.cache_path / f"children-{node}.json"),
+    )
+    log.info(
+        "node agent %s starting: %d %s GPU(s) (%s backend), control plane %s, heartbeat every %gs",
+        node,
+        len(agent.discovery.gpus),
+        ", ".join(sorted({g.model for g in agent.discovery.gpus})) or "no",
+        backend.kind,
+        cfg.server,
+        cfg.heartbeat_interval_s,
+    )
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s received: draining", signal.Signals(signum).name)
+        agent.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return agent.run()
+    finally:
+        client.close()

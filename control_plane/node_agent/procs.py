@@ -1,0 +1,195 @@
+"""Child processes in their own process group: output tail, timeout, stop, orphan clean-up."""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger("jitgpu.node.procs")
+
+TAIL_CHARS = 4096  # what the wire accepts for output_tail
+
+
+class OutputTail:
+    """The last `limit` characters written to it; safe to read while a thread writes."""
+
+    def __init__(self, limit: int = TAIL_CHARS) -> None:
+        self.limit = limit
+        self._text = ""
+        self._lock = threading.Lock()
+        self.version = 0  # bumps on every write, so a reader can tell that something changed
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            self._text = (self._text + text)[-self.limit :]
+            self.version += 1
+
+    def text(self) -> str:
+        with self._lock:
+            return self._text
+
+
+class Child:
+    """One command, started in a new session so that a stop reaches every process it started."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path | None = None,
+        tail: OutputTail | None = None,
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.tail = tail or OutputTail()
+        self.popen: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.popen is None else self.popen.pid
+
+    def start(self) -> None:
+        """Raises OSError when the program cannot be started (not found, not executable)."""
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read, name=f"out-{self.pid}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        fd = self.popen.stdout.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.tail.write(decoder.decode(chunk))
+        self.tail.write(decoder.decode(b"", final=True))
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit status (negative: killed by that signal), or None if still running."""
+        assert self.popen is not None
+        try:
+            code = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._finish()
+        return code
+
+    def _finish(self) -> None:
+        # Whatever the command left running in its group would hold the GPUs: stop it too.
+        self._signal(signal.SIGKILL)
+        if self._reader is not None:
+            # A grandchild outside the group may keep the pipe open; do not wait on it long.
+            self._reader.join(timeout=2.0)
+        if self.popen is not None and self.popen.stdout is not None:
+            self.popen.stdout.close()
+
+    def _signal(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def stop(self, grace_s: float) -> int | None:
+        """SIGTERM the group, SIGKILL it after `grace_s`; returns the exit status."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.popen.wait()
+        self._finish()
+        return self.popen.returncode
+
+
+class ChildRegistry:
+    """Process groups this agent started, in a file, so that the next agent can stop orphans.
+
+    After a crash (kill -9) the children live on in their own sessions, holding GPUs that the
+    control plane may already have given to someone else.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict[str, object]] = {}
+
+    def add(self, child: Child, label: str) -> None:
+        if child.pid is None:
+            return
+        try:
+            started = psutil.Process(child.pid).create_time()
+        except psutil.Error:
+            return
+        with self._lock:
+            self._entries[str(child.pid)] = {"label": label, "started": started}
+            self._save()
+
+    def remove(self, child: Child) -> None:
+        with self._lock:
+            if self._entries.pop(str(child.pid), None) is not None:
+                self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(self._entries))
+            tmp.replace(self.path)
+        except OSError as exc:
+            # Only the clean-up after a crash depends on this file; the work itself goes on.
+            log.warning("cannot record child processes in %s: %s", self.path, exc.strerror)
+
+    def stop_orphans(self) -> list[str]:
+        """Kill the groups a previous agent left (same pid and start time); return their labels."""
+        if self.path is None or not self.path.exists():
+            return []
+        try:
+            entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            entries = {}
+        stopped = []
+        for pid, entry in entries.items():
+            try:
+                alive = psutil.Process(int(pid)).create_time() == entry.get("started")
+            except (psutil.Error, ValueError):
+                alive = False
+            if alive:
+                try:
+                    os.killpg(int(pid), signal.SIGKILL)
+                    stopped.append(str(entry.get("label")))
+                except (ProcessLookupError, PermissionError):
+                    pass
+        with self._lock:
+            self._entries = {}
+            self._save()
+        return stopped
