@@ -30,6 +30,9 @@ class Job:
     name: str
     run: Callable[[Database, ServerSettings, float], int]
     every: float = 1.0  # in units of settings.jobs_interval_s
+    # Wait one heartbeat timeout after this replica becomes the leader: if the whole control
+    # plane was down, no heartbeat could arrive, and silence would be the server's own.
+    after_election_grace: bool = False
 
 
 def liveness(db: Database, settings: ServerSettings, now: float) -> int:
@@ -162,7 +165,7 @@ def retention(db: Database, settings: ServerSettings, now: float) -> int:
 
 
 JOBS: tuple[Job, ...] = (
-    Job("liveness", liveness),
+    Job("liveness", liveness, after_election_grace=True),
     Job("hold_lifecycle", hold_lifecycle),
     Job("retention", retention, every=300.0),
 )

@@ -36,6 +36,7 @@ class JobRunner:
         self.interval = settings.jobs_interval_s
         self.lease_ttl = 1.5 * self.interval
         self._leader_until = 0.0
+        self._leader_since: float | None = None
         self._lock = threading.Lock()
         self._warned_sqlite = False
         self._scheduler = BackgroundScheduler(daemon=True)
@@ -84,6 +85,10 @@ class JobRunner:
         with self._lock:
             was = self._leader_until > now
             self._leader_until = now + self.lease_ttl if won else 0.0
+            if won and not was:
+                self._leader_since = now
+            elif not won:
+                self._leader_since = None
         if won and not was:
             log.info("this replica (%s) now runs the periodic jobs", self.holder)
         elif not won and self.db.is_sqlite and not self._warned_sqlite:
@@ -96,8 +101,14 @@ class JobRunner:
     def _run(self, job: Job) -> None:
         if not self.is_leader:
             return
+        since = self._leader_since
+        now = self.clock()
+        if job.after_election_grace and (
+            since is None or now - since < self.settings.heartbeat_timeout_s
+        ):
+            return
         try:
-            changed = job.run(self.db, self.settings, self.clock())
+            changed = job.run(self.db, self.settings, now)
         except Exception:
             log.exception("job %s failed", job.name)
             return

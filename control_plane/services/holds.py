@@ -258,7 +258,20 @@ def replace_hold(
         return False
     lifecycle.assign(session, gpus=gpus, now=now, hold_id=hold.id)
     hold.ready_at = None
-    move(session, hold, "hold", HoldStatus.PLACED.value, now=now, reason=f"re-placed: {reason}")
+    if hold.status == HoldStatus.PLACED.value:
+        # Lost before its warm-up began: it stays placed, on other GPUs. Recorded, no move.
+        record(
+            session,
+            kind="hold",
+            object_id=hold.id,
+            tenant_id=hold.tenant_id,
+            from_state=hold.status,
+            to_state=hold.status,
+            at=now,
+            reason=f"re-placed: {reason}",
+        )
+    else:
+        move(session, hold, "hold", HoldStatus.PLACED.value, now=now, reason=f"re-placed: {reason}")
     if hold.warmup is None:
         hold.ready_at = now
         move(session, hold, "hold", HoldStatus.READY.value, now=now, reason="no warm-up profile")

@@ -113,3 +113,46 @@ def test_leader_lease_one_holder_and_takeover(db: Database) -> None:
     assert leader.holder_of(db) == ("b", 108.1)
     leader.release(db, holder="b")
     assert leader.acquire(db, holder="a", now=105.2, ttl_s=3.0)
+
+
+def test_hold_lost_before_warming_is_replaced_and_stays_placed(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=4)
+    hold = api.http.post(
+        "/v1/holds", json={"gpu_count": 2, "ttl_s": 3600, "warmup": "default"}, headers=headers
+    ).json()
+    assert hold["status"] == "placed"
+    api.clock.advance(10)
+    second = api.node("n2", gpus=2)
+    api.clock.advance(settings.heartbeat_timeout_s - 5)
+    api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
+    assert liveness(db, settings, api.clock.now) == 1
+    moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert moved["status"] == "placed"
+    assert {g["node"] for g in moved["gpus"] if g["node_id"] == second["id"]} == {"n2"}
+
+
+def test_liveness_waits_one_timeout_after_an_election(
+    db: Database, settings: ServerSettings
+) -> None:
+    from control_plane.jobs.registry import Job
+    from control_plane.jobs.runner import JobRunner
+    from tests.conftest import FakeClock
+
+    clock = FakeClock()
+    runs: list[float] = []
+    runner = JobRunner(db, settings=settings, clock=clock)
+    job = Job(
+        "liveness", lambda _db, _settings, now: runs.append(now) or 0, after_election_grace=True
+    )
+    runner.renew()
+    assert runner.is_leader
+    for _ in range(int(settings.heartbeat_timeout_s)):
+        runner._run(job)
+        clock.advance(1)
+        runner.renew()  # renewed every second, as the scheduler does every half interval
+    assert runs == []
+    runner._run(job)
+    assert runs == [clock.now]
