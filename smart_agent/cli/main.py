@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from smart_agent.cli import admin, resources
+from smart_agent.cli.agent import agent_app
 from smart_agent.cli.policy import policy_app
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app.add_typer(resources.alloc_app, name="alloc")
 app.add_typer(resources.hold_app, name="hold")
 app.add_typer(admin.admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
+app.add_typer(agent_app, name="agent")
 
 
 @app.command()

@@ -1,0 +1,73 @@
+"""The smart agent's config (configs/smart-agent.yaml): where the control plane is, what to
+watch, where the policy and the prediction log live, how often to think."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+
+from smart_agent.sources import SourcesConfig
+from smart_agent.yamlconf import ConfigError, load_model
+
+DEFAULT_LOG = "~/.local/share/jitgpu/predictions.db"
+
+
+class AgentConfig(SourcesConfig):
+    """Inputs (user, watch, cues, processes, redact: see docs/smart-agent-inputs.md) plus:"""
+
+    server: str = Field(default="http://127.0.0.1:8080", min_length=1, max_length=500)
+    token_env: str = Field(
+        default="JITGPU_TOKEN",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Environment variable holding the tenant's API key.",
+    )
+    policy: str = Field(
+        default="prewarm-policy.yaml",
+        description="Pre-warm policy file, relative to this config file.",
+    )
+    prediction_log: str = Field(default=DEFAULT_LOG)
+    cycle_s: float = Field(default=60.0, ge=1, le=86400, description="Periodic cycle.")
+    reconcile_s: float = Field(
+        default=10.0, ge=0.5, le=3600, description="How often hold outcomes are fetched."
+    )
+    debounce_s: float = Field(
+        default=10.0, ge=0, le=3600, description="Strong events within this fold into one cycle."
+    )
+    lease_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=30 * 86400,
+        description="Lease of allocations the agent makes on claim.",
+    )
+    allocate_on_miss: bool = Field(
+        default=False, description="When a job starts with no hold, allocate for it (cold)."
+    )
+    cancel_on_exit: bool = Field(
+        default=False, description="Cancel the agent's holds on a clean stop."
+    )
+
+
+def load_agent_config(path: str | Path) -> tuple[AgentConfig, Path]:
+    """The config, and the policy file it names (resolved against the config's folder)."""
+    path = Path(path).expanduser()
+    config = load_model(AgentConfig, path)
+    policy = Path(os.path.expanduser(config.policy))
+    if not policy.is_absolute():
+        policy = path.parent / policy
+    if not policy.exists():
+        raise ConfigError([f"{path}: key 'policy': file {policy} does not exist"])
+    return config, policy
+
+
+def token_of(config: AgentConfig) -> str:
+    token = os.environ.get(config.token_env)
+    if not token:
+        raise ConfigError(
+            [
+                f"environment variable {config.token_env} (the config's token_env) "
+                "is not set: it must hold your jitgpu API key"
+            ]
+        )
+    return token
