@@ -26,6 +26,9 @@ class ServerSettings(BaseModel):
     heartbeat_timeout_s: float = Field(default=15.0, gt=0, le=3600)
     default_lead_s: int = Field(default=120, ge=0, le=86400)
     jobs_interval_s: float = Field(default=2.0, gt=0, le=3600)
+    heartbeat_flush_s: float = Field(
+        default=0.5, ge=0, le=60, description="Write-behind period of heartbeats; 0 writes each."
+    )
     run_jobs: bool = True
     retention_days: float = Field(default=30.0, gt=0, le=3650)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
@@ -42,6 +45,7 @@ ENV_KEYS = {
     "JITGPU_HEARTBEAT_TIMEOUT_S": "heartbeat_timeout_s",
     "JITGPU_DEFAULT_LEAD_S": "default_lead_s",
     "JITGPU_JOBS_INTERVAL_S": "jobs_interval_s",
+    "JITGPU_HEARTBEAT_FLUSH_S": "heartbeat_flush_s",
     "JITGPU_RUN_JOBS": "run_jobs",
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",

@@ -15,6 +15,7 @@ from control_plane.api.routers import allocations, health, holds, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
 from control_plane.db.engine import Database
+from control_plane.services.heartbeats import Flusher, HeartbeatBuffer
 
 
 def create_app(
@@ -31,6 +32,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.migrate:
             migrate.upgrade(database)
+        flusher = None
+        if app.state.heartbeats is not None:
+            flusher = Flusher(app.state.heartbeats, database, settings.heartbeat_flush_s)
+            flusher.start()
         runner = None
         if settings.run_jobs:
             from control_plane.jobs.runner import JobRunner
@@ -41,6 +46,8 @@ def create_app(
         try:
             yield
         finally:
+            if flusher is not None:
+                flusher.stop()
             if runner is not None:
                 runner.stop()
             if db is None:
@@ -57,6 +64,7 @@ def create_app(
     app.state.clock = clock
     app.state.key_cache = KeyCache(ttl_s=key_cache_ttl_s)
     app.state.jobs = None
+    app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None
     app.state.metrics, request_histogram = observability.make_registry(database)
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

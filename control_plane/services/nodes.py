@@ -22,6 +22,7 @@ from control_plane.schemas.nodes import (
 from control_plane.services import lifecycle, placing
 from control_plane.services.errors import Conflict, NotFound
 from control_plane.services.events import record
+from control_plane.services.heartbeats import HeartbeatBuffer
 from control_plane.services.ids import new_id
 
 
@@ -113,48 +114,100 @@ def _sync_gpus(session: Session, node: NodeRow, body: NodeRegister, now: float) 
         )
 
 
-def heartbeat(db: Database, *, node_id: str, body: Heartbeat, now: float) -> HeartbeatReply:
-    """Store telemetry and health; never touch assignment state. Reply with desired state."""
-    with db.write() as session:
+def heartbeat(
+    db: Database,
+    *,
+    node_id: str,
+    body: Heartbeat,
+    now: float,
+    buffer: HeartbeatBuffer | None = None,
+) -> HeartbeatReply:
+    """Store telemetry and health; never touch assignment state. Reply with desired state.
+
+    The common heartbeat (nothing changed but the telemetry) only reads and leaves the write
+    to `buffer`, which many heartbeats share; a state change is written at once.
+    """
+    telemetry = _telemetry_json(body)
+    with db.read() as session:
+        node = _node_or_404(session, node_id)
+        changes = _state_changes(session, node, body)
+        reply = HeartbeatReply(
+            node_id=node.id,
+            status=NodeStatus(node.status),
+            assignments=desired_state(session, node.id),
+        )
+    if buffer is not None and not changes:
+        buffer.put(node_id, now, telemetry)
+        return reply
+    with db.write(placement=bool(changes)) as session:
         node = _node_or_404(session, node_id)
         node.last_heartbeat_at = now
-        node.telemetry_json = json.dumps(
-            {
-                "host": body.host.model_dump(exclude_none=True) if body.host else {},
-                "gpus": {
-                    g.uuid: g.model_dump(exclude={"uuid", "healthy", "reason"}, exclude_none=True)
-                    for g in body.gpus
-                },
-            }
-        )
-        reported = {g.uuid: g for g in body.gpus}
-        if reported:
-            gpus = session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all()
-            for gpu in gpus:
-                report = reported.get(gpu.uuid)
-                if report is not None and report.healthy != gpu.healthy:
-                    placing.mark_changed(session, inventory=True)
-                    gpu.healthy = report.healthy
-                    gpu.health_reason = None if report.healthy else (report.reason or "unhealthy")
-                    record(
-                        session,
-                        kind="gpu",
-                        object_id=gpu.uuid,
-                        at=now,
-                        to_state="healthy" if report.healthy else "unhealthy",
-                        reason=gpu.health_reason,
-                    )
-        if body.draining and node.status == NodeStatus.ONLINE.value:
-            lifecycle.move_node(session, node, NodeStatus.DRAINING, now=now, reason="agent drain")
-        elif not body.draining and node.status in (
-            NodeStatus.OFFLINE.value,
-            NodeStatus.REGISTERING.value,
-        ):
-            lifecycle.move_node(session, node, NodeStatus.ONLINE, now=now, reason="heartbeat")
+        node.telemetry_json = telemetry
+        if changes:
+            _apply_changes(session, node, body, now)
         return HeartbeatReply(
             node_id=node.id,
             status=NodeStatus(node.status),
             assignments=desired_state(session, node.id),
+        )
+
+
+def _telemetry_json(body: Heartbeat) -> str:
+    return json.dumps(
+        {
+            "host": body.host.model_dump(exclude_none=True) if body.host else {},
+            "gpus": {
+                g.uuid: g.model_dump(exclude={"uuid", "healthy", "reason"}, exclude_none=True)
+                for g in body.gpus
+            },
+        }
+    )
+
+
+def _wanted_status(node: NodeRow, body: Heartbeat) -> NodeStatus | None:
+    if body.draining and node.status == NodeStatus.ONLINE.value:
+        return NodeStatus.DRAINING
+    if not body.draining and node.status != NodeStatus.ONLINE.value:
+        return NodeStatus.ONLINE
+    return None
+
+
+def _state_changes(session: Session, node: NodeRow, body: Heartbeat) -> bool:
+    """Whether this heartbeat changes the node's status or a GPU's health."""
+    if _wanted_status(node, body) is not None:
+        return True
+    if not body.gpus:
+        return False
+    health = dict(
+        session.exec(select(GpuRow.uuid, GpuRow.healthy).where(GpuRow.node_id == node.id)).all()
+    )
+    return any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
+
+
+def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float) -> None:
+    reported = {g.uuid: g for g in body.gpus}
+    for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
+        report = reported.get(gpu.uuid)
+        if report is not None and report.healthy != gpu.healthy:
+            placing.mark_changed(session, inventory=True)
+            gpu.healthy = report.healthy
+            gpu.health_reason = None if report.healthy else (report.reason or "unhealthy")
+            record(
+                session,
+                kind="gpu",
+                object_id=gpu.uuid,
+                at=now,
+                to_state="healthy" if report.healthy else "unhealthy",
+                reason=gpu.health_reason,
+            )
+    wanted = _wanted_status(node, body)
+    if wanted is not None:
+        lifecycle.move_node(
+            session,
+            node,
+            wanted,
+            now=now,
+            reason="agent drain" if wanted == NodeStatus.DRAINING else "heartbeat",
         )
 
 

@@ -156,3 +156,36 @@ def test_liveness_waits_one_timeout_after_an_election(
     assert runs == []
     runner._run(job)
     assert runs == [clock.now]
+
+
+def test_heartbeats_are_written_behind_and_state_changes_at_once(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    from control_plane.db.models import NodeRow
+
+    node = api.node("n1", gpus=2)
+    buffer = api.http.app.state.heartbeats
+    registered = node["last_heartbeat_at"]
+    api.clock.advance(5)
+    body = {"gpus": [{"uuid": "GPU-n1-0", "healthy": True, "temperature_c": 41.5}]}
+    reply = api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json=body, headers=ADMIN)
+    assert reply.status_code == 200 and reply.json()["status"] == "online"
+    assert (
+        api.http.get(f"/v1/nodes/{node['id']}", headers=ADMIN).json()["last_heartbeat_at"]
+        == registered
+    )  # not yet written
+    assert buffer.flush(db) == 1
+    with db.read() as session:
+        row = session.get(NodeRow, node["id"])
+        assert row.last_heartbeat_at == api.clock.now and "41.5" in row.telemetry_json
+    # A GPU going unhealthy is a state change: written at once, out of placement at once.
+    sick = {"gpus": [{"uuid": "GPU-n1-1", "healthy": False, "reason": "Xid 79"}]}
+    api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json=sick, headers=ADMIN)
+    assert len(buffer) == 0
+    gpus = {g["uuid"]: g["healthy"] for g in api.http.get("/v1/gpus", headers=ADMIN).json()}
+    assert gpus == {"GPU-n1-0": True, "GPU-n1-1": False}
+    # An older buffered heartbeat never overwrites a newer time.
+    buffer.put(node["id"], api.clock.now - 100, "{}")
+    buffer.flush(db)
+    with db.read() as session:
+        assert session.get(NodeRow, node["id"]).last_heartbeat_at == api.clock.now

@@ -55,7 +55,9 @@ class ControlPlaneApp:
 
 def start_app(tmp_path: Path, name: str = "jitgpu.db") -> tuple[TestClient, FakeClock, Database]:
     db = Database(f"sqlite:///{tmp_path / name}")
-    settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False)
+    settings = ServerSettings(
+        database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False, heartbeat_flush_s=0
+    )
     clock = FakeClock()
     app = create_app(settings, db=db, clock=clock, key_cache_ttl_s=0)
     return TestClient(app, raise_server_exceptions=True), clock, db

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from control_plane.api.deps import admin, get_clock, get_db, node_or_admin
 from control_plane.api.errors import ERROR_RESPONSES
@@ -36,12 +36,19 @@ def register_node(
 @router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)
 def heartbeat(
     node_id: str,
+    request: Request,
     body: Heartbeat | None = None,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     _: Principal = Depends(node_or_admin),
 ) -> HeartbeatReply:
-    return nodes.heartbeat(db, node_id=node_id, body=body or Heartbeat(), now=clock())
+    return nodes.heartbeat(
+        db,
+        node_id=node_id,
+        body=body or Heartbeat(),
+        now=clock(),
+        buffer=request.app.state.heartbeats,
+    )
 
 
 @router.post("/nodes/{node_id}/holds/{hold_id}/warmup", response_model=Hold)
