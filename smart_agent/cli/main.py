@@ -9,6 +9,7 @@ import typer
 from smart_agent.cli import admin, resources
 from smart_agent.cli.agent import agent_app
 from smart_agent.cli.policy import policy_app
+from smart_agent.cli.predictions import predictions_app
 
 app = typer.Typer(
     name="jitgpu",
@@ -22,6 +23,7 @@ app.add_typer(resources.hold_app, name="hold")
 app.add_typer(admin.admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
 app.add_typer(agent_app, name="agent")
+app.add_typer(predictions_app, name="predictions")
 
 
 @app.command()
