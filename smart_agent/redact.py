@@ -20,10 +20,11 @@ TAIL_GUARD = 512
 
 Replacement = str | Callable[[re.Match[str]], str]
 
-# Tokens are not preceded by a token character, so "task-..." is not an OpenAI key.
-_NB = r"(?<![A-Za-z0-9_\-])"
+# Tokens are not preceded by a letter or digit, so "task-..." is not an OpenAI key.
+_NB = r"(?<![A-Za-z0-9])"
 _PEM = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
 _PEM_END = r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
+_Q = r"(?:\\?[\"'])?"  # an optional quote, maybe escaped (JSON inside a JSON string)
 _KEY_WORDS = (
     r"password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
     r"|private[_-]?key|client[_-]?secret|credentials?|auth"
@@ -66,39 +67,78 @@ BUILTIN: tuple[tuple[str, str, Replacement, int], ...] = (
     ("jwt", _NB + r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", _mark("jwt"), 0),
     ("anthropic", _NB + r"sk-ant-[A-Za-z0-9_-]{16,}", _mark("anthropic"), 0),
     ("openai", _NB + r"sk-[A-Za-z0-9_-]{20,}", _mark("openai"), 0),
-    ("github", _NB + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})",
-     _mark("github"), 0),
+    (
+        "github",
+        _NB + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})",
+        _mark("github"),
+        0,
+    ),
     ("slack", _NB + r"xox[abposr]-[A-Za-z0-9-]{10,}", _mark("slack"), 0),
     ("slack", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+", _mark("slack"), 0),
     ("huggingface", _NB + r"hf_[A-Za-z0-9]{30,}", _mark("huggingface"), 0),
     ("google", _NB + r"AIza[0-9A-Za-z_-]{35}", _mark("google"), 0),
     ("aws", _NB + r"(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}(?![0-9A-Z])", _mark("aws"), 0),
-    ("aws",
-     r"(?i)(?P<key>aws[A-Za-z0-9_.-]{0,20}(?:secret|key)[A-Za-z0-9_]*[\"']?)"
-     r"(?P<sep>\s*[:=]\s*[\"']?)[A-Za-z0-9/+=]{30,}",
-     _key_value, 0),
-    ("bearer",
-     r"(?i)(?P<key>\bbearer|authorization:\s*basic)(?P<sep>\s+)[A-Za-z0-9._~+/=-]{8,}",
-     _key_value, 0),
-    ("url_credentials", r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]{0,30}://)[^/\s@]+@",
-     lambda m: f"{m.group('scheme')}{_mark('credentials')}@", 0),
-    ("secret",
-     r"(?i)(?P<key>\b(?:[A-Za-z0-9]{1,30}[_.-]){0,4}(?:" + _KEY_WORDS + r")\b[\"']?)"
-     r"(?P<sep>\s*(?:[:=]|=>)\s*|\s+(?=[\"']))(?!\[REDACTED:)"
-     r"(?:\"[^\"]*(?:\"|$)|'[^']*(?:'|$)|[^\s\"',;&)}\]]+)",
-     _key_value, 0),
-    ("secret", r"(?i)(?P<key>--(?:" + _KEY_WORDS + r")[A-Za-z0-9_-]*)(?P<sep>[= ])(?!\[REDACTED:)[^\s]+",
-     _key_value, 0),
+    (
+        "aws",
+        r"(?i)(?P<key>aws[A-Za-z0-9_.-]{0,20}(?:secret|key)[A-Za-z0-9_]*" + _Q + r")"
+        r"(?P<sep>\s*[:=]\s*" + _Q + r")[A-Za-z0-9/+=]{30,}",
+        _key_value,
+        0,
+    ),
+    (
+        "bearer",
+        r"(?i)(?P<key>\bbearer|authorization:\s*basic)(?P<sep>\s+)[A-Za-z0-9._~+/=-]{8,}",
+        _key_value,
+        0,
+    ),
+    (
+        "url_credentials",
+        r"(?i)\b(?P<scheme>[a-z][a-z0-9+.-]{0,30}://)[^/\s@]+@",
+        lambda m: f"{m.group('scheme')}{_mark('credentials')}@",
+        0,
+    ),
+    (
+        "secret",
+        r"(?i)(?P<key>\b(?:[A-Za-z0-9]{1,30}[_.-]){0,4}(?:" + _KEY_WORDS + r")\b" + _Q + r")"
+        r"(?P<sep>\s*(?:[:=]|=>)\s*|\s+(?=\\?[\"']))(?!\[REDACTED:)"
+        r"(?:\\\"(?:[^\"\\]|\\[^\"])*(?:\\\"|\"|$)|\"[^\"]*(?:\"|$)|'[^']*(?:'|$)"
+        r"|[^\s\"',;&)}\]]+)",
+        _key_value,
+        0,
+    ),
+    (
+        "secret",
+        r"(?i)(?P<key>--(?:[A-Za-z0-9]{1,20}[_-]){0,3}(?:" + _KEY_WORDS + r")[A-Za-z0-9_-]*)"
+        r"(?P<sep>[= ])(?!\[REDACTED:)[^\s]+",
+        _key_value,
+        0,
+    ),
     ("blob", r"(?<![A-Za-z0-9+/=_\-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_\-])", _blob, 0),
-    ("email",
-     r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
-     _mark("email"), 0),
-    ("ip", r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
-     r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\.?\d)", _mark("ip"), 0),
-    ("ip", r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:)?(?:%\w+)?(?![\w:])",
-     _ipv6, 0),
-    ("home", r"(?P<base>/home/|/Users/|[A-Za-z]:\\Users\\)(?!\[)[^/\\\s]+",
-     lambda m: f"{m.group('base')}[user]", 0),
+    (
+        "email",
+        r"(?<![A-Za-z0-9._%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
+        _mark("email"),
+        0,
+    ),
+    (
+        "ip",
+        r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
+        r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?!\.?\d)",
+        _mark("ip"),
+        0,
+    ),
+    (
+        "ip",
+        r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|:)?(?:%\w+)?(?![\w:])",
+        _ipv6,
+        0,
+    ),
+    (
+        "home",
+        r"(?P<base>/home/|/Users/|[A-Za-z]:\\Users\\)(?!\[)[^/\\\s]+",
+        lambda m: f"{m.group('base')}[user]",
+        0,
+    ),
 )
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -141,9 +181,10 @@ class Redactor:
         """`text` with every match of every rule replaced (rules applied in order)."""
         counts: list[tuple[str, int]] = []
         for kind, regex, replacement in self._rules:
-            text, n = regex.subn(replacement, text)
-            if n:
+            new, n = regex.subn(replacement, text)
+            if n and new != text:  # a function rule may keep a match (a clock time)
                 counts.append((kind, n))
+                text = new
         if counts:
             with self._lock:
                 for kind, n in counts:

@@ -234,3 +234,13 @@ def test_injected_log_text_cannot_exceed_policy(world: World) -> None:
     assert all(g <= POLICY.max_gpus_per_hold for g in held)
     assert sum(held) <= POLICY.max_gpus_total
     assert all(f.gpu_count <= 1000 for f in report.forecasts)
+
+
+def test_job_without_a_hold_gets_a_cold_allocation_with_its_warm_up(world: World) -> None:
+    policy = POLICY.model_copy(update={"warmup": {"default": "slow"}})
+    agent = world.agent(policy, allocate_on_miss=True)
+    agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=3, job_id="cold"))
+    job = world.log.query("SELECT * FROM jobs")[0]
+    assert job["warm"] == 0 and job["hold_id"] is None and job["time_to_gpu_s"] is None
+    alloc = world.client.get_allocation(job["allocation_id"])
+    assert alloc.gpu_count == 3 and alloc.warmup == "slow" and alloc.status.value == "allocated"

@@ -1,0 +1,169 @@
+"""`squeue` snapshots (default columns or `-o`/`-O` with `|`): consecutive snapshots diffed
+into job_submitted, job_started and job_finished."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import tzinfo
+
+from predictors.types import Event, EventKind
+from smart_agent.parsers.base import BaseParser, to_int
+from smart_agent.parsers.slurm import (
+    FINISHED,
+    PENDING,
+    RUNNING,
+    describe_job,
+    gpus_in,
+    phase_of,
+)
+from smart_agent.parsers.times import parse_duration, parse_time
+from smart_agent.redact import Redactor
+
+_ALIASES = {
+    "JOB_ID": "JOBID",
+    "ARRAY_JOB_ID": "JOBID",
+    "STATE": "ST",
+    "TIME_USED": "TIME",
+    "NUM_NODES": "NODES",
+    "TRES_PER_NODE": "TRES_PER_NODE",
+    "GRES": "TRES_PER_NODE",
+    "SUBMIT_TIME": "SUBMIT",
+    "START_TIME": "START",
+    "TRES_ALLOC": "TRES_ALLOC",
+}
+_SPLIT = re.compile(r"\s+")
+
+
+@dataclass(slots=True)
+class _Job:
+    phase: int
+    user: str | None
+    gpus: int | None
+    model: str | None
+    elapsed: float | None
+
+
+def _column(name: str) -> str:
+    name = name.strip().upper().replace("-", "_").replace(" ", "_")
+    return _ALIASES.get(name, name)
+
+
+class SqueueParser(BaseParser):
+    """A header line starts a snapshot and ends the one before. The first snapshot seen is
+    a baseline (its jobs are tracked, no events: they were submitted before we looked);
+    after that, a new or changed row gives its events at once, and jobs missing from a
+    finished snapshot give job_finished (at the time the next header is read)."""
+
+    name = "squeue"
+
+    def __init__(
+        self,
+        user: str,
+        *,
+        redactor: Redactor | None = None,
+        tz: tzinfo | None = None,
+        max_jobs: int = 20_000,
+    ) -> None:
+        super().__init__(user, redactor=redactor, tz=tz)
+        self.max_jobs = max_jobs
+        self.columns: list[str] | None = None
+        self.pipe = False
+        self.snapshots = 0  # headers seen
+        self.known: dict[str, _Job] = {}
+        self.current: set[str] = set()
+
+    def _parse(self, line: str, source: str, now: float) -> list[Event] | None:
+        text = line.strip()
+        if not text:
+            return []
+        pipe = "|" in text
+        cells = [c.strip() for c in (text.split("|") if pipe else _SPLIT.split(text))]
+        names = [_column(c) for c in cells]
+        if "JOBID" in names and "ST" in names:
+            events = self._end_snapshot(source, now)
+            self.columns, self.pipe = names, pipe
+            self.snapshots += 1
+            return events
+        if self.columns is None:
+            return None
+        if not pipe and len(cells) > len(self.columns):  # NODELIST(REASON) may hold spaces
+            last = len(self.columns) - 1
+            cells = [*cells[:last], " ".join(cells[last:])]
+        if len(cells) != len(self.columns):
+            return None
+        row = dict(zip(self.columns, cells, strict=True))
+        return self._row(row, source, now)
+
+    def _row(self, row: dict[str, str], source: str, now: float) -> list[Event] | None:
+        job_id = row.get("JOBID", "")
+        phase = phase_of(row.get("ST", ""))
+        if not job_id or phase is None:
+            return None
+        nodes = to_int(row.get("NODES")) or 1
+        gpus, model = gpus_in(row.get("TRES_ALLOC") or row.get("TRES_PER_JOB"))
+        if gpus is None:
+            gpus, model = gpus_in(row.get("TRES_PER_NODE"))
+            gpus = gpus * nodes if gpus else None
+        elapsed = parse_duration(row.get("TIME"))
+        user = row.get("USER") or None
+        summary = describe_job(row.get("NAME"), row.get("PARTITION"), row.get("ST"))
+        self.current.add(job_id)
+        before = self.known.get(job_id)
+        if before is None and len(self.known) >= self.max_jobs:
+            return []
+        self.known[job_id] = _Job(
+            max(phase, before.phase if before else -1), user, gpus, model, elapsed
+        )
+        if self.snapshots <= 1 or (before is not None and phase <= before.phase):
+            return []  # the baseline, or nothing new
+        seen = before.phase if before is not None else -1
+        submit = parse_time(row.get("SUBMIT"), now, self.tz)
+        start = parse_time(row.get("START"), now, self.tz)
+        if start is None and phase == RUNNING and elapsed is not None:
+            start = now - elapsed
+        events = []
+
+        def make(kind: EventKind, at: float | None, duration: float | None = None) -> Event:
+            return self.event(
+                kind,
+                at if at is not None else now,
+                source=source,
+                user=user,
+                gpus=gpus,
+                gpu_model=model,
+                job_id=job_id,
+                duration_s=duration,
+                text=summary,
+            )
+
+        if seen < PENDING:
+            events.append(make(EventKind.JOB_SUBMITTED, submit))
+        if seen < RUNNING <= phase:
+            events.append(make(EventKind.JOB_STARTED, start))
+        if phase == FINISHED:
+            events.append(make(EventKind.JOB_FINISHED, now, elapsed))
+        return events
+
+    def _end_snapshot(self, source: str, now: float) -> list[Event]:
+        """Jobs tracked but absent from the snapshot just ended have finished."""
+        events: list[Event] = []
+        if self.snapshots:
+            for job_id in [j for j in self.known if j not in self.current]:
+                job = self.known.pop(job_id)
+                if job.phase >= FINISHED:
+                    continue
+                events.append(
+                    self.event(
+                        EventKind.JOB_FINISHED,
+                        now,
+                        source=source,
+                        user=job.user,
+                        gpus=job.gpus,
+                        gpu_model=job.model,
+                        job_id=job_id,
+                        duration_s=job.elapsed if job.phase == RUNNING else 0.0,
+                    )
+                )
+        self.current = set()
+        return events
