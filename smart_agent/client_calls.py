@@ -59,6 +59,7 @@ class ApiCalls:
         command: list[str] | None = None,
         label: str | None = None,
         strategy: str | None = None,
+        warmup: str | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
         body = _drop_none(
@@ -69,6 +70,7 @@ class ApiCalls:
             command=command,
             label=label,
             strategy=strategy,
+            warmup=warmup,
         )
         body["use_holds"] = use_holds
         return self._send(

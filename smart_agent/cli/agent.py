@@ -21,6 +21,8 @@ ConfigOpt = typer.Option(Path("configs/smart-agent.yaml"), "--config", help="Age
 def printer(kind: str, data: dict) -> None:
     """One readable line per thing the agent does (the demo and a foreground run show it)."""
     stamp = time.strftime("%H:%M:%S")
+    if kind == "forecast" and "already covers" in data["decision"]:
+        return  # the same expectation again, next cycle: nothing new to say
     if kind == "forecast":
         text = (
             f"forecast  {data['predictor']}: {data['gpus']} GPU(s) in {data['in_s']}s, "

@@ -120,6 +120,14 @@ def replay(
     print(format_results(results, fmt))
 
 
+@app.command()
+def demo(keep: bool = typer.Option(False, "--keep", help="Keep the working folder.")) -> None:
+    """Run the demo: control plane, two simulated GPU nodes, the agent on a sample pipeline."""
+    from smart_agent.demo.run import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
 def main() -> None:
     app()
 

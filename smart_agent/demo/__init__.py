@@ -1,0 +1,1 @@
+"""`jitgpu demo`: a control plane, two simulated GPU nodes and the smart agent on a pipeline."""
