@@ -70,7 +70,8 @@ def run(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    for noisy in ("httpx", "apscheduler"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg, policy = load_agent_config(config)
         runner = Runner(cfg, policy, notify=None if quiet else printer)
