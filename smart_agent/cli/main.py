@@ -56,6 +56,26 @@ def server(
 
 
 @app.command()
+def migrate(
+    database_url: str | None = typer.Option(
+        None, "--database-url", help="Default: JITGPU_DATABASE_URL or sqlite."
+    ),
+) -> None:
+    """Bring the database to the newest schema (servers also do this when they start)."""
+    from control_plane.db.engine import Database, DatabaseConfigError
+    from control_plane.db.migrate import current_revision, upgrade
+
+    try:
+        db = Database(database_url)
+    except DatabaseConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    upgrade(db)
+    typer.echo(f"{db.url.split('@')[-1]}: at revision {current_revision(db)}")
+    db.dispose()
+
+
+@app.command()
 def node(
     server: str | None = typer.Option(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
