@@ -139,3 +139,25 @@ def test_shipped_and_documented_policies_are_valid(tmp_path: Path) -> None:
     assert len(examples) == 2
     for text in examples:
         load_model(Policy, _write(tmp_path, text))
+
+
+def test_policy_reload_keeps_the_old_policy_on_a_bad_edit(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from smart_agent.runner import PolicyFile
+
+    path = _write(tmp_path, "min_confidence: 0.6\n")
+    holder = PolicyFile(path)
+    assert holder.reload() is False  # nothing changed
+
+    def edit(text: str, stamp: float) -> None:
+        path.write_text(text)
+        os.utime(path, (stamp, stamp))
+
+    edit("min_confidence: 1.7\n", 1_000_000)
+    with caplog.at_level("ERROR", logger="jitgpu.agent"):
+        assert holder.reload() is False
+    assert holder.policy.min_confidence == 0.6
+    assert "policy edit refused" in caplog.text and "min_confidence" in caplog.text
+    edit("min_confidence: 0.8\n", 2_000_000)
+    assert holder.reload() is True and holder.policy.min_confidence == 0.8

@@ -1,0 +1,94 @@
+"""Nodes on both databases: re-registration, changed GPUs, flapping, and oversized input."""
+
+from __future__ import annotations
+
+from control_plane.config import ServerSettings
+from control_plane.db.engine import Database
+from control_plane.jobs.registry import liveness
+from tests.control_plane.conftest import ADMIN, Api
+
+
+def _gpus(api: Api) -> dict[str, dict]:
+    return {g["uuid"]: g for g in api.http.get("/v1/gpus", headers=ADMIN).json()}
+
+
+def test_registering_again_updates_in_place(api: Api) -> None:
+    first = api.node("n1", gpus=4, leaf="leaf0")
+    again = api.node("n1", gpus=4, leaf="leaf3")
+    assert again["id"] == first["id"] and again["leaf"] == "leaf3"
+    assert len(_gpus(api)) == 4
+    assert len(api.http.get("/v1/nodes", headers=ADMIN).json()) == 1
+
+
+def test_reregistering_with_changed_gpus_fails_what_the_lost_gpu_held(api: Api) -> None:
+    node = api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=2)
+    alloc = api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers).json()
+    lost = alloc["gpus"][0]["uuid"]
+    kept = next(u for u in _gpus(api) if u != lost)
+    body = {
+        "name": "n1",
+        "gpus": [
+            {"uuid": kept, "model": "A100", "memory_mb": 81920, "index": 0},
+            {"uuid": "GPU-new", "model": "A100", "memory_mb": 81920, "index": 1},
+        ],
+    }
+    assert api.http.post("/v1/nodes", json=body, headers=ADMIN).json()["id"] == node["id"]
+    after = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert after["status"] == "lost" and "no longer reported" in after["reason"]
+    assert set(_gpus(api)) == {kept, "GPU-new"}
+    # The new GPU is placeable at once.
+    assert (
+        api.http.post("/v1/allocations", json={"gpu_count": 2}, headers=headers).status_code == 201
+    )
+
+
+def test_the_same_gpu_twice_in_one_registration_is_refused(api: Api) -> None:
+    body = {"name": "n1", "gpus": [{"uuid": "G", "model": "A100", "memory_mb": 1}] * 2}
+    r = api.http.post("/v1/nodes", json=body, headers=ADMIN)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_gpu"
+
+
+def test_flapping_node_goes_offline_and_comes_back(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    node = api.node("n1", gpus=2)
+    path = f"/v1/nodes/{node['id']}/heartbeat"
+    for _ in range(3):
+        liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+        status = api.http.get(f"/v1/nodes/{node['id']}", headers=ADMIN).json()["status"]
+        assert status == "offline"
+        assert api.http.post(path, json={}, headers=ADMIN).json()["status"] == "online"
+    events = api.http.get("/v1/events", params={"object_id": node["id"]}, headers=ADMIN).json()
+    assert [e["to_state"] for e in events] == ["registering", "online"] + ["offline", "online"] * 3
+    _, headers = api.tenant(quota=2)
+    assert (
+        api.http.post("/v1/allocations", json={"gpu_count": 2}, headers=headers).status_code == 201
+    )
+
+
+def test_heartbeat_of_an_unknown_node_is_404(api: Api) -> None:
+    r = api.http.post("/v1/nodes/node_0000000000000000/heartbeat", json={}, headers=ADMIN)
+    assert r.status_code == 404
+
+
+def test_oversized_body_is_413_and_changes_nothing(api: Api) -> None:
+    _, headers = api.tenant()
+    huge = b'{"gpu_count": 1, "label": "' + b"x" * 2_000_000 + b'"}'
+    r = api.http.post(
+        "/v1/allocations", content=huge, headers={**headers, "content-type": "application/json"}
+    )
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert api.http.get("/v1/allocations", headers=headers).json() == []
+
+
+def test_overlong_strings_and_huge_integers_are_422(api: Api) -> None:
+    _, headers = api.tenant()
+    for body in (
+        {"gpu_count": 2**40},
+        {"gpu_count": 1, "gpu_model": "x" * 65},
+        {"gpu_count": 1, "lease_s": -1},
+    ):
+        assert api.http.post("/v1/allocations", json=body, headers=headers).status_code == 422
+    big = {"name": "n" * 65, "gpus": []}
+    assert api.http.post("/v1/nodes", json=big, headers=ADMIN).status_code == 422
