@@ -64,6 +64,19 @@ def test_hold_is_warmed_with_a_real_command_then_claimed_and_its_task_runs(
     assert agent.work.allocations == {} and agent.work.holds == {}
 
 
+def test_warm_up_hanging_past_its_timeout_fails_the_hold_and_frees_the_gpus(
+    cp: ControlPlaneApp, make_agent: AgentFactory
+) -> None:
+    agent = make_agent(warmup_profiles={"hang": [{"command": "sleep 60", "timeout_s": 0.5}]})
+    agent.round()
+    hold = cp.hold(gpu_count=1, warmup="hang")
+    agent.round()
+    settle(agent)
+    failed = cp.get(f"/v1/holds/{hold['id']}")
+    assert failed["status"] == "failed" and "timed out" in failed["reason"].lower()
+    assert all(g["assigned_to"] is None for g in cp.get("/v1/gpus"))
+
+
 def test_failed_warm_up_fails_the_hold_with_status_and_output(
     cp: ControlPlaneApp, make_agent: AgentFactory
 ) -> None:
