@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import httpx
@@ -81,6 +80,21 @@ def _prepare(call: Call) -> tuple[dict[str, str], Any]:
     return headers, call.body
 
 
+def _settle(call: Call, response: httpx.Response) -> tuple[bool, Any]:
+    """(True, value) for an answer, (False, error) for one worth retrying; raises the rest."""
+    if response.status_code in RETRY_STATUSES:
+        return False, _error(response)
+    if response.is_error:
+        raise _error(response)
+    return True, call.parse(response.json())
+
+
+def _give_up(server: str, last: Exception | None) -> JitgpuError:
+    if isinstance(last, JitgpuError):
+        return last
+    return ConnectionFailed(f"cannot reach {server}: {last}")
+
+
 class Client(ApiCalls):
     """Blocking client. `Client(server, token)`; both default to JITGPU_SERVER/JITGPU_TOKEN."""
 
@@ -113,24 +127,19 @@ class Client(ApiCalls):
         headers, body = _prepare(call)
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
+            if attempt:
+                time.sleep(self.retry.delay(attempt - 1))
             try:
                 response = self._http.request(
                     call.method, call.path, json=body, params=call.params, headers=headers
                 )
             except httpx.TransportError as exc:
                 last = exc
-            else:
-                if response.status_code not in RETRY_STATUSES:
-                    if response.is_error:
-                        raise _error(response)
-                    return call.parse(response.json())
-                last = _error(response)
-            if attempt == self.retry.attempts - 1:
-                break
-            time.sleep(self.retry.delay(attempt))
-        if isinstance(last, JitgpuError):
-            raise last
-        raise ConnectionFailed(f"cannot reach {self.server}: {last}")
+                continue
+            done, last = _settle(call, response)
+            if done:
+                return last
+        raise _give_up(self.server, last)
 
     def wait_until_ready(
         self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
@@ -190,24 +199,19 @@ class AsyncClient(ApiCalls):
         headers, body = _prepare(call)
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
+            if attempt:
+                await asyncio.sleep(self.retry.delay(attempt - 1))
             try:
                 response = await self._http.request(
                     call.method, call.path, json=body, params=call.params, headers=headers
                 )
             except httpx.TransportError as exc:
                 last = exc
-            else:
-                if response.status_code not in RETRY_STATUSES:
-                    if response.is_error:
-                        raise _error(response)
-                    return call.parse(response.json())
-                last = _error(response)
-            if attempt == self.retry.attempts - 1:
-                break
-            await asyncio.sleep(self.retry.delay(attempt))
-        if isinstance(last, JitgpuError):
-            raise last
-        raise ConnectionFailed(f"cannot reach {self.server}: {last}")
+                continue
+            done, last = _settle(call, response)
+            if done:
+                return last
+        raise _give_up(self.server, last)
 
     async def wait_until_ready(
         self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
@@ -221,10 +225,3 @@ class AsyncClient(ApiCalls):
                 raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
             await asyncio.sleep(poll_s)
 
-
-def iso(value: datetime | float | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value).astimezone().isoformat()
-    return value.isoformat()
