@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
+from itertools import accumulate
 
 SIZE_PRIOR = 0.9
 """Prior share of jobs no larger than the same user's previous job (0.92 on Helios)."""
@@ -17,7 +18,7 @@ class SortedWindow:
     every call, while samples arrive only once per job.
     """
 
-    __slots__ = ("_order", "_sorted", "maxlen")
+    __slots__ = ("_order", "_prefix", "_sorted", "maxlen")
 
     def __init__(self, maxlen: int) -> None:
         if maxlen < 1:
@@ -25,6 +26,7 @@ class SortedWindow:
         self.maxlen = maxlen
         self._order: deque[float] = deque()
         self._sorted: list[float] = []
+        self._prefix: list[float] | None = None
 
     def add(self, value: float) -> None:
         if len(self._order) == self.maxlen:
@@ -32,6 +34,7 @@ class SortedWindow:
             del self._sorted[bisect_left(self._sorted, oldest)]
         self._order.append(value)
         insort(self._sorted, value)
+        self._prefix = None
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -54,6 +57,22 @@ class SortedWindow:
         if high < low:
             return 0
         return bisect_right(self._sorted, high) - bisect_left(self._sorted, low)
+
+    def sum_between(self, low: float, high: float) -> float:
+        """Sum of the samples in the closed interval [low, high]."""
+        if high < low:
+            return 0.0
+        ordered, prefix = self.sorted_with_prefix()
+        return prefix[bisect_right(ordered, high)] - prefix[bisect_left(ordered, low)]
+
+    def sorted_with_prefix(self) -> tuple[list[float], list[float]]:
+        """The sorted samples and their prefix sums (prefix[i] = sum of the i smallest), for
+        callers that scan many thresholds at once. Read-only views: do not modify them."""
+        prefix = self._prefix
+        if prefix is None:
+            # Rebuilt once after an add: samples arrive once per job, reads come per call.
+            prefix = self._prefix = [0.0, *accumulate(self._sorted)]
+        return self._sorted, prefix
 
     def quantile(self, q: float) -> float | None:
         """Nearest-rank quantile (q in [0, 1]); None when empty."""

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from predictors.history import HistoryConfig, UserHistory
+from predictors.history import GapPool, HistoryConfig, UserHistory
 from predictors.types import ALL_USERS, Event
 
 
@@ -17,7 +17,8 @@ class Context:
     `history` is the builder's live object (not a copy, so that building a context costs
     nothing): read it during `predict`, do not keep it. `events` is a snapshot of the user's
     most recent events, oldest first; `seq` counts every event observed for the user, so a
-    consumer can tell which of `events` it has not seen yet.
+    consumer can tell which of `events` it has not seen yet. `pool` holds every user's idle
+    gaps together (live, like `history`), or None when the builder keeps no pool.
     """
 
     user: str
@@ -25,6 +26,7 @@ class Context:
     history: UserHistory
     events: tuple[Event, ...]
     seq: int
+    pool: GapPool | None = None
 
     def new_events(self, last_seq: int) -> tuple[Event, ...]:
         """The events after `last_seq` (those that are still in the snapshot)."""
@@ -45,6 +47,8 @@ class HistoryBuilder:
         self.config = config or HistoryConfig()
         self._histories: dict[str, UserHistory] = {}
         self._events: dict[str, deque[Event]] = {}
+        # The aggregate history is no user: its gaps stay out of the pool.
+        self.pool = GapPool(self.config.pool_gaps) if self.config.pool_gaps else None
 
     def observe(self, event: Event) -> UserHistory:
         history = self._record(event.user, event)
@@ -59,8 +63,7 @@ class HistoryBuilder:
     def _record(self, user: str, event: Event, key_prefix: str | None = None) -> UserHistory:
         history = self._histories.get(user)
         if history is None:
-            history = self._histories[user] = UserHistory(user, self.config)
-            self._events[user] = deque(maxlen=self.config.max_events)
+            history = self._new_history(user)
         if key_prefix is not None and event.job_id is not None:
             # Job ids are unique per user only; the aggregate needs them unique overall.
             event = _with_job_id(event, f"{key_prefix}/{event.job_id}")
@@ -71,13 +74,19 @@ class HistoryBuilder:
     def history(self, user: str) -> UserHistory:
         history = self._histories.get(user)
         if history is None:
-            history = self._histories[user] = UserHistory(user, self.config)
-            self._events[user] = deque(maxlen=self.config.max_events)
+            history = self._new_history(user)
+        return history
+
+    def _new_history(self, user: str) -> UserHistory:
+        pool = None if user == ALL_USERS else self.pool
+        history = self._histories[user] = UserHistory(user, self.config, pool)
+        self._events[user] = deque(maxlen=self.config.max_events)
         return history
 
     def context(self, user: str, now: float) -> Context:
         history = self.history(user)
-        return Context(user, now, history, tuple(self._events[user]), history.n_events)
+        events = tuple(self._events[user])
+        return Context(user, now, history, events, history.n_events, self.pool)
 
     def users(self) -> list[str]:
         return sorted(self._histories)

@@ -27,12 +27,15 @@ class HistoryConfig:
     aggregate: bool = False  # also keep an ALL_USERS history (warm-pool forecasts)
     max_open_jobs: int = 4096  # bound on jobs tracked between submit and finish
     cue_max_lag_s: float = 3600.0  # a job later than this after a cue is not its consequence
+    pool_gaps: int = 2048  # idle gaps of all users kept together (GapPool); 0: no pool
 
     def __post_init__(self) -> None:
         if self.season_bin_s <= 0 or DAY_S % self.season_bin_s:
             raise ValueError("season_bin_s must divide 86400")
         if self.max_k < 1 or self.max_gaps < 1 or self.max_events < 1:
             raise ValueError("history sizes must be at least 1")
+        if self.pool_gaps < 0:
+            raise ValueError("pool_gaps must not be negative")
 
 
 def local_day(at: float, utc_offset_s: float) -> int:
@@ -89,11 +92,45 @@ class EwmaState:
         return self.jobs_rate * decay, self.gpus_rate * decay
 
 
+AFTER_SUBMIT = 0
+AFTER_FINISH = 1
+"""Kinds of a user's latest activity: an idle gap that follows a submit (or start) is in a
+burst of submissions; one that follows a finish is what keep-alive serves."""
+
+
+class GapPool:
+    """Idle gaps of every user together, by the kind of activity they followed.
+
+    The prior for a user with few gaps of their own: new users behave like the population
+    until their own record outweighs it. Samples join the windows `batch` at a time, so that
+    readers' prefix sums are rebuilt once per batch rather than once per job (the pool lags by
+    fewer than `batch` samples, which a population prior does not notice).
+    """
+
+    __slots__ = ("_pending", "batch", "by_kind", "memo")
+
+    def __init__(self, maxlen: int, batch: int = 32) -> None:
+        self.by_kind = (SortedWindow(maxlen), SortedWindow(maxlen))
+        self.batch = max(1, batch)
+        self._pending: list[tuple[int, float]] = []
+        # Readers may keep what they derived from the windows here; emptied when they change.
+        self.memo: dict[object, object] = {}
+
+    def add(self, kind: int, gap: float) -> None:
+        self._pending.append((kind, gap))
+        if len(self._pending) >= self.batch:
+            for k, value in self._pending:
+                self.by_kind[k].add(value)
+            self._pending.clear()
+            self.memo.clear()
+
+
 class UserHistory:
     """Everything the statistical predictors know about one user; mutated only by the builder.
 
     Gap kinds: `gaps` are submit-to-submit; `idle_gaps` run from the user's latest activity
-    (a submit, start or finish) to the next submit, which is what keep-alive-style holds face.
+    (a submit, start or finish) to the next submit, which is what keep-alive-style holds face;
+    `idle_gaps_by_kind[AFTER_SUBMIT | AFTER_FINISH]` split them by that activity's kind.
     """
 
     __slots__ = (
@@ -111,8 +148,10 @@ class UserHistory:
         "gaps",
         "hod_jobs",
         "idle_gaps",
+        "idle_gaps_by_kind",
         "kgaps",
         "last_activity_at",
+        "last_activity_kind",
         "last_finish_at",
         "last_gpu_model",
         "last_gpus",
@@ -121,6 +160,7 @@ class UserHistory:
         "n_events",
         "n_jobs",
         "open_gpus",
+        "pool",
         "recent_sizes",
         "season_active",
         "season_marked",
@@ -131,9 +171,10 @@ class UserHistory:
         "user",
     )
 
-    def __init__(self, user: str, config: HistoryConfig) -> None:
+    def __init__(self, user: str, config: HistoryConfig, pool: GapPool | None = None) -> None:
         self.user = user
         self.config = config
+        self.pool = pool
         self.n_events = 0
         self.n_jobs = 0
         self.first_at: float | None = None
@@ -141,6 +182,7 @@ class UserHistory:
         self.last_submit_at: float | None = None
         self.last_finish_at: float | None = None
         self.last_activity_at: float | None = None
+        self.last_activity_kind = AFTER_SUBMIT
         self.last_gpus: int | None = None
         self.last_gpu_model: str | None = None
         self.max_gpus = 0
@@ -152,6 +194,7 @@ class UserHistory:
         self.size_pairs_fit = 0
         self.gaps = SortedWindow(config.max_gaps)
         self.idle_gaps = SortedWindow(config.max_gaps)
+        self.idle_gaps_by_kind = (SortedWindow(config.max_gaps), SortedWindow(config.max_gaps))
         self.kgaps = [SortedWindow(config.max_gaps) for _ in range(2, config.max_k + 1)]
         self.submit_times: deque[float] = deque(maxlen=config.max_k)
         self.durations = SortedWindow(config.max_gaps)
@@ -235,7 +278,7 @@ class UserHistory:
                 if kind is EventKind.JOB_STARTED:
                     # Durations run from the start, not from the submit.
                     self._open[event.job_id] = (event.at, self._open[event.job_id][1])
-                self._touch(event.at)
+                self._touch(event.at, AFTER_SUBMIT)
             else:
                 # A start with no known submit is an arrival: some sources only report starts.
                 self._arrival(event)
@@ -245,9 +288,10 @@ class UserHistory:
             self.cue_seen[event.cue] = self.cue_seen.get(event.cue, 0) + 1
             self.cue_pending[event.cue] = event.at
 
-    def _touch(self, at: float) -> None:
-        if self.last_activity_at is None or at > self.last_activity_at:
+    def _touch(self, at: float, kind: int) -> None:
+        if self.last_activity_at is None or at >= self.last_activity_at:
             self.last_activity_at = at
+            self.last_activity_kind = kind
 
     def _arrival(self, event: Event) -> None:
         at = event.at
@@ -259,7 +303,11 @@ class UserHistory:
                 if len(self.submit_times) >= k:
                     window.add(at - self.submit_times[-k])
         if self.last_activity_at is not None and at >= self.last_activity_at:
-            self.idle_gaps.add(at - self.last_activity_at)
+            idle = at - self.last_activity_at
+            self.idle_gaps.add(idle)
+            self.idle_gaps_by_kind[self.last_activity_kind].add(idle)
+            if self.pool is not None:
+                self.pool.add(self.last_activity_kind, idle)
         if self.last_gpus is not None:
             self.size_pairs += 1
             self.size_pairs_fit += gpus <= self.last_gpus
@@ -268,7 +316,7 @@ class UserHistory:
             self.last_submit_at = at
             self.last_gpus = gpus
             self.last_gpu_model = event.gpu_model
-        self._touch(at)
+        self._touch(at, AFTER_SUBMIT)
         self.n_jobs += 1
         self.recent_sizes.append(gpus)
         self.size_counts[gpus] = self.size_counts.get(gpus, 0) + 1
@@ -289,7 +337,7 @@ class UserHistory:
         at = event.at
         if self.last_finish_at is None or at > self.last_finish_at:
             self.last_finish_at = at
-        self._touch(at)
+        self._touch(at, AFTER_FINISH)
         opened = self._open.pop(event.job_id, None) if event.job_id is not None else None
         if opened is not None:
             self.open_gpus -= opened[1]

@@ -33,6 +33,10 @@ class StreamForecaster:
     `observe_finish(job, now)` (a job with `job_id`, `user`, `submit`, `gpus`, `duration`
     and optionally `gpu_type`) and `forecast(now)`. Users are asked when they had an event
     since the last `forecast`, and every `refresh_s` otherwise (None: only after events).
+
+    With `new_only=False` every forecast of the users asked is returned as it is, and the
+    caller deduplicates (the replay adapter's top-up mode asks only for GPUs a user does not
+    hold yet).
     """
 
     def __init__(
@@ -42,11 +46,13 @@ class StreamForecaster:
         config: HistoryConfig | None = None,
         min_confidence: float = 0.0,
         refresh_s: float | None = None,
+        new_only: bool = True,
     ) -> None:
         self.predictor = predictor
         self.builder = HistoryBuilder(config)
         self.min_confidence = min_confidence
         self.refresh_s = refresh_s
+        self.new_only = new_only
         self._slots: dict[str, list[_Slot]] = {}
         self._dirty: set[str] = set()
         self._asked_at: dict[str, float] = {}
@@ -60,7 +66,7 @@ class StreamForecaster:
         arrival = not known and event.kind in (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
         self.builder.observe(event)
         self._dirty.add(event.user)
-        if arrival:
+        if arrival and self.new_only:
             self._use_slot(event)
 
     def observe_arrival(self, job: Any, now: float) -> None:
@@ -120,7 +126,15 @@ class StreamForecaster:
         for user in sorted(users):
             self._asked_at[user] = now
             context = self.builder.context(user, now)
-            demand.extend(self._new_parts(user, self.predictor.predict(context, now), now))
+            forecasts = self.predictor.predict(context, now)
+            if self.new_only:
+                demand.extend(self._new_parts(user, forecasts, now))
+            else:
+                demand.extend(
+                    f if f.user is not None else replace(f, user=user)
+                    for f in forecasts
+                    if f.confidence >= self.min_confidence and f.end_at >= now
+                )
         return demand
 
     def _new_parts(self, user: str, forecasts: list[Forecast], now: float) -> list[Forecast]:

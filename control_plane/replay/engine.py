@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from control_plane.replay.holds import Hold, HoldBook, Intent
-from control_plane.replay.metrics import Recorder, classify_miss
+from control_plane.replay.metrics import Recorder, classify_miss, is_day_start
 from control_plane.replay.policies import Policy
 from control_plane.replay.trace import Job
 from control_plane.scheduling.cluster import ClusterState, uniform_cluster
@@ -265,10 +265,8 @@ class Simulator:
         ttg = start - job.submit
         rec.time_to_gpu.append(ttg)
         rec.queue_wait.append(now - job.submit)
-        if ttg <= 0:
-            rec.warm_hits += 1
-        else:
-            rec.misses[classify_miss(info[0], info[1], job.gpus)] += 1
+        miss = None if ttg <= 0 else classify_miss(info[0], info[1], job.gpus)
+        rec.job_started(ttg, miss, is_day_start(job.submit, info[0]))
         used = job.gpus * job.duration
         rec.busy_gpu_s += used
         # Fair share charges a job's whole GPU time when it starts (the trace knows it).

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from control_plane.replay.policies import Control, Policy, number, parse_options, register_policy
 from control_plane.replay.trace import Job
 
 DEFAULT_TTL_S = 600.0
-ADAPTER_OPTIONS = ("conf", "ttl", "tick", "max_gpus")
+ADAPTER_OPTIONS = ("conf", "ttl", "tick", "max_gpus", "reuse", "topup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +38,15 @@ def to_demand(item: Any) -> Demand:
     """A Demand from any forecast object with user/tenant, gpus/gpu_count, at/start_at."""
     if isinstance(item, Demand):
         return item
-    user = _first(item, ("user", "tenant", "tenant_id"))
-    gpus = _first(item, ("gpus", "gpu_count", "num_gpus"))
-    at = _first(item, ("at", "start_at", "time"))
+    # Chosen once per item: this runs for every forecast of a replay.
+    get = item.get if isinstance(item, Mapping) else partial(getattr, item)
+    user = _first(get, item, ("user", "tenant", "tenant_id"))
+    gpus = _first(get, item, ("gpus", "gpu_count", "num_gpus"))
+    at = _first(get, item, ("at", "start_at", "time"))
     if isinstance(at, datetime):
         at = at.timestamp()
-    confidence = _get(item, "confidence")
-    ttl = _get(item, "ttl_s")
+    confidence = get("confidence", None)
+    ttl = get("ttl_s", None)
     return Demand(
         str(user),
         int(gpus),
@@ -53,13 +56,9 @@ def to_demand(item: Any) -> Demand:
     )
 
 
-def _get(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
-
-
-def _first(item: Any, names: Sequence[str]) -> Any:
+def _first(get: Callable[[str, Any], Any], item: Any, names: Sequence[str]) -> Any:
     for name in names:
-        value = _get(item, name)
+        value = get(name, None)
         if value is not None:
             return value
     raise ValueError(f"forecast {item!r} has none of {', '.join(names)}")
@@ -71,7 +70,15 @@ class ForecastPolicy(Policy):
     after its time. Without `ttl_s` a forecast's own `ttl_s` (its window) is used, else
     DEFAULT_TTL_S. A forecast repeated for the same user and time only adds the GPUs not yet
     asked for. `min_confidence` and `ttl_s` are the knobs to sweep for a Pareto curve of
-    time-to-GPU against idle GPU-hours."""
+    time-to-GPU against idle GPU-hours.
+
+    `reuse`: a forecast made as a job of its user ends, due within a cold start, is served
+    first from that job's GPUs (kept, already warm), the rest by a new hold. This is how a
+    forecast drives keep-alive: a finished job's GPUs stay only where demand is forecast.
+    `topup`: instead of remembering what was asked per forecast time, a forecast asks only for
+    the GPUs its user does not hold already (set aside or asked for), so forecasts repeated
+    at every event never stack up.
+    """
 
     def __init__(
         self,
@@ -81,12 +88,16 @@ class ForecastPolicy(Policy):
         ttl_s: float | None = None,
         tick_s: float | None = None,
         max_gpus: int | None = None,
+        reuse: bool = False,
+        topup: bool = False,
     ) -> None:
         self.forecaster = forecaster
         self.min_confidence = min_confidence
         self.ttl_s = ttl_s
         self.tick_s = tick_s
         self.max_gpus = max_gpus
+        self.reuse = reuse
+        self.topup = topup
         self._asked: dict[tuple[str, float], int] = {}
         self._on_arrival = getattr(forecaster, "observe_arrival", None)
         self._on_finish = getattr(forecaster, "observe_finish", None)
@@ -99,26 +110,49 @@ class ForecastPolicy(Policy):
     def on_finish(self, job: Job, now: float, ctl: Control) -> None:
         if self._on_finish is not None:
             self._on_finish(job, now)
-        self._act(now, ctl)
+        self._act(now, ctl, job if self.reuse else None)
 
     def on_tick(self, now: float, ctl: Control) -> None:
         self._act(now, ctl)
 
-    def _act(self, now: float, ctl: Control) -> None:
+    def _act(self, now: float, ctl: Control, ending: Job | None = None) -> None:
+        wanted: dict[str, int] = {}
+        held: dict[str, int] = {}  # what each user holds, read once per call and kept current
         for item in self.forecaster.forecast(now):
             demand = to_demand(item)
             if demand.confidence < self.min_confidence or demand.gpus < 1:
                 continue
             gpus = demand.gpus if self.max_gpus is None else min(demand.gpus, self.max_gpus)
-            key = (demand.user, demand.at)
-            more = gpus - self._asked.get(key, 0)
-            if more <= 0:
-                continue
-            self._asked[key] = gpus
             ttl = self.ttl_s if self.ttl_s is not None else demand.ttl_s
             if ttl is None:
                 ttl = DEFAULT_TTL_S
-            ctl.hold(demand.user, more, demand.at, ttl, demand.confidence)
+            user, until = demand.user, demand.at + ttl
+            kept = 0
+            if (
+                ending is not None
+                and ending.user == user
+                and demand.at - now <= ctl.cold_start_s
+                and until > now
+            ):
+                # Kept GPUs are warm now; new ones would cost a whole warm-up.
+                kept = ctl.retain(ending, gpus, until - now, demand.confidence)
+            if self.topup:
+                # One user's forecasts in one batch add up (the next job, the one after...).
+                wanted[user] = wanted.get(user, 0) + gpus
+                if user not in held:
+                    held[user] = ctl.held_gpus(user)
+                else:
+                    held[user] += kept
+                more = wanted[user] - held[user]
+                if more > 0:
+                    held[user] += more
+            else:
+                key = (user, demand.at)
+                more = gpus - kept - self._asked.get(key, 0)
+                if more > 0 or kept:
+                    self._asked[key] = gpus
+            if more > 0:
+                ctl.hold(user, more, demand.at, ttl, demand.confidence)
         if len(self._asked) > 4096:
             # Forget forecasts whose time is long past; they can no longer repeat usefully.
             horizon = now - 2 * (self.ttl_s or DEFAULT_TTL_S)
@@ -147,9 +181,28 @@ def register_forecaster(name: str, factory: ForecasterFactory, summary: str = ""
             ttl_s=None if "ttl" not in options else number(options, "ttl", DEFAULT_TTL_S),
             tick_s=None if tick is None else number(options, "tick", 60.0, minimum=1.0),
             max_gpus=None if max_gpus is None else int(number(options, "max_gpus", 1, minimum=1)),
+            reuse=flag(options, "reuse", False),
+            topup=flag(options, "topup", False),
         )
 
-    register_policy(name, build, summary or f"forecaster {name} (conf=, ttl=, tick=, max_gpus=)")
+    register_policy(
+        name,
+        build,
+        summary or f"forecaster {name} (conf=, ttl=, tick=, max_gpus=, reuse=, topup=)",
+    )
+
+
+def flag(options: dict[str, str], key: str, default: bool) -> bool:
+    """A yes/no option: 1/0, true/false, yes/no."""
+    raw = options.get(key)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    raise ValueError(f"option {key!r}: {raw!r} is not 0/1 (or true/false, yes/no)")
 
 
 def _anything(arg: str | None) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 BURST_GAP_S = 600.0
 LONG_GAP_S = 6 * 3600.0
+DAY_S = 86400.0
 
 
 class Miss(StrEnum):
@@ -38,6 +39,15 @@ def classify_miss(gap_s: float | None, set_aside: int, gpus: int) -> Miss:
     if gap_s > BURST_GAP_S:
         return Miss.BURST_START
     return Miss.IN_BURST
+
+
+def is_day_start(submit: float, gap_s: float | None) -> bool:
+    """The user's first job of a trace day after more than LONG_GAP_S without one: the start of
+    a working day where the trace starts at local midnight (Helios), a long return otherwise.
+    A user's first job in the trace is not one (no forecaster knows the user yet)."""
+    if gap_s is None:
+        return False
+    return gap_s > LONG_GAP_S and (submit - gap_s) // DAY_S < submit // DAY_S
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -71,6 +81,22 @@ class Recorder:
     jobs_skipped: int = 0
     taken_gpu_s: float = 0.0
     misses: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in Miss})
+    miss_ttg_s: dict[str, float] = field(default_factory=lambda: {m.value: 0.0 for m in Miss})
+    day_starts: int = 0
+    day_start_hits: int = 0
+    day_start_ttg_s: float = 0.0
+
+    def job_started(self, ttg: float, miss: Miss | None, day_start: bool) -> None:
+        """One job's time-to-GPU; `miss` is its category when it was not a warm hit."""
+        if miss is None:
+            self.warm_hits += 1
+        else:
+            self.misses[miss] += 1
+            self.miss_ttg_s[miss] += ttg
+        if day_start:
+            self.day_starts += 1
+            self.day_start_hits += miss is None
+            self.day_start_ttg_s += ttg
 
     def charge_idle(self, aside_at: float, warm_at: float, until: float, gpus: int = 1) -> None:
         """GPUs set aside at `aside_at`, warm at `warm_at`, idle until `until`."""
@@ -115,4 +141,10 @@ class Recorder:
             "hold_gpus_preempted": self.hold_gpus_preempted,
             "preemptions": self.preemptions,
             "misses": dict(self.misses),
+            "miss_time_to_gpu_s": {k: round(v, 1) for k, v in self.miss_ttg_s.items()},
+            "day_start_jobs": self.day_starts,
+            "day_start_warm_hits": self.day_start_hits,
+            "day_start_mean_time_to_gpu_s": (
+                round(self.day_start_ttg_s / self.day_starts, 3) if self.day_starts else 0.0
+            ),
         }
