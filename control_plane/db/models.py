@@ -75,7 +75,10 @@ class GpuRow(SQLModel, table=True):
 
 class HoldRow(SQLModel, table=True):
     __tablename__ = "hold"
-    __table_args__ = (Index("ix_hold_tenant_status", "tenant_id", "status"),)
+    __table_args__ = (
+        Index("ix_hold_tenant_status", "tenant_id", "status"),
+        Index("ix_hold_tenant_created", "tenant_id", "created_at"),
+    )
 
     id: str = Field(primary_key=True)
     tenant_id: str = Field(foreign_key="tenant.id")
@@ -104,7 +107,10 @@ class HoldRow(SQLModel, table=True):
 
 class AllocationRow(SQLModel, table=True):
     __tablename__ = "allocation"
-    __table_args__ = (Index("ix_allocation_tenant_status", "tenant_id", "status"),)
+    __table_args__ = (
+        Index("ix_allocation_tenant_status", "tenant_id", "status"),
+        Index("ix_allocation_tenant_requested", "tenant_id", "requested_at"),
+    )
 
     id: str = Field(primary_key=True)
     tenant_id: str = Field(foreign_key="tenant.id")

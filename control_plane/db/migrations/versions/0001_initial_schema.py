@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 05:43:43.397554
+Create Date: 2026-11-22 07:23:03.305696
 """
 
 from __future__ import annotations
@@ -134,6 +134,9 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("allocation", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_allocation_status"), ["status"], unique=False)
+        batch_op.create_index(
+            "ix_allocation_tenant_requested", ["tenant_id", "requested_at"], unique=False
+        )
         batch_op.create_index("ix_allocation_tenant_status", ["tenant_id", "status"], unique=False)
 
     op.create_table(
@@ -207,6 +210,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("hold", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_hold_status"), ["status"], unique=False)
+        batch_op.create_index("ix_hold_tenant_created", ["tenant_id", "created_at"], unique=False)
         batch_op.create_index("ix_hold_tenant_status", ["tenant_id", "status"], unique=False)
 
     op.create_table(
@@ -251,6 +255,7 @@ def downgrade() -> None:
     op.drop_table("assignment")
     with op.batch_alter_table("hold", schema=None) as batch_op:
         batch_op.drop_index("ix_hold_tenant_status")
+        batch_op.drop_index("ix_hold_tenant_created")
         batch_op.drop_index(batch_op.f("ix_hold_status"))
 
     op.drop_table("hold")
@@ -264,6 +269,7 @@ def downgrade() -> None:
     op.drop_table("api_key")
     with op.batch_alter_table("allocation", schema=None) as batch_op:
         batch_op.drop_index("ix_allocation_tenant_status")
+        batch_op.drop_index("ix_allocation_tenant_requested")
         batch_op.drop_index(batch_op.f("ix_allocation_status"))
 
     op.drop_table("allocation")
