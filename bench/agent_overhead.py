@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sqlite3
 import statistics
 import tempfile
 import threading
@@ -46,6 +47,12 @@ def usage(proc: psutil.Process, seconds: float) -> tuple[float, float]:
     after = proc.cpu_times()
     cpu = (after.user + after.system) - (before.user + before.system)
     return 100.0 * cpu / seconds, peak
+
+
+def _outcome(log: Path, hold_id: str) -> str | None:
+    with sqlite3.connect(log) as db:
+        row = db.execute("SELECT outcome FROM forecasts WHERE hold_id = ?", (hold_id,)).fetchone()
+    return row[0] if row and row[0] != "pending" else None
 
 
 def write_lines(folder: Path, per_minute: int, seconds: float) -> int:
@@ -158,9 +165,14 @@ def main() -> None:
                 )
                 made = datetime.datetime.fromisoformat(hold["created_at"]).timestamp()
                 latencies.append(made - written)
-                # Cancel it, so that the next cue is not covered by this hold's window.
+                # Cancel it, so that the next cue is not covered by this hold's window, and
+                # wait until the agent has seen the cancellation (its next reconcile).
                 http.delete(f"/v1/holds/{hold['id']}")
-                time.sleep(1.5)
+                wait_for(
+                    lambda h=hold["id"]: _outcome(tmp / "predictions.db", h),
+                    timeout=30,
+                    what="the agent to see the cancellation",
+                )
     finally:
         if agent is not None:
             agent.stop()
@@ -176,6 +188,7 @@ def main() -> None:
         f"max {max(latencies) * 1000:.0f} ms over {len(latencies)} cues "
         "(file poll every 1 s: the watcher's default poll_s)"
     )
+    print("each (s):", ", ".join(f"{x:.2f}" for x in latencies))
 
 
 if __name__ == "__main__":

@@ -65,9 +65,15 @@ def emit(
         data = [r.model_dump(mode="json") for r in rows]
         print(json.dumps(data if many else data[0], indent=2))
         return
+    cells = [[_cell(get(row)) for _, get in columns] for row in rows]
     table = Table(title=title, show_lines=False)
-    for name, _ in columns:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*(_cell(get(row)) for _, get in columns))
+    for i, (name, _) in enumerate(columns):
+        if name == "id":
+            # An id is what the user copies into the next command: never cut it short.
+            width = max((len(r[i]) for r in cells), default=len(name))
+            table.add_column(name, no_wrap=True, min_width=width)
+        else:
+            table.add_column(name, overflow="fold")
+    for row_cells in cells:
+        table.add_row(*row_cells)
     console.print(table)

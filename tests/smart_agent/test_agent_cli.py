@@ -1,0 +1,93 @@
+"""The `jitgpu` command line: alloc and hold against a live server, policy check, replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from control_plane.config import ServerSettings
+from control_plane.db.engine import Database
+from control_plane.db.migrate import upgrade
+from smart_agent.cli.main import app
+from smart_agent.client import Client
+from tests.conftest import ADMIN_TOKEN
+from tests.support.liveserver import LiveServer
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    db = Database(f"sqlite:///{tmp_path / 'cp.db'}")
+    upgrade(db)
+    settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False)
+    with LiveServer(db, settings) as server:
+        with Client(server.url, ADMIN_TOKEN) as admin:
+            admin._http.post("/v1/nodes", json={"name": "n1", "gpus": [
+                {"uuid": f"G{i}", "model": "A100", "memory_mb": 1} for i in range(4)]})
+        result = runner.invoke(app, ["admin", "tenant-create", "alice", "--quota", "2",
+                                     "--json"], env={"JITGPU_SERVER": server.url,
+                                                     "JITGPU_TOKEN": ADMIN_TOKEN})
+        assert result.exit_code == 0, result.output
+        key = json.loads(result.output.strip().splitlines()[-1])["key"]
+        yield {"JITGPU_SERVER": server.url, "JITGPU_TOKEN": key}
+    db.dispose()
+
+
+def _json(args: list[str], env: dict[str, str]) -> object:
+    result = runner.invoke(app, [*args, "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_hold_then_alloc_claims_it_and_release(env: dict[str, str]) -> None:
+    hold = _json(["hold", "create", "2", "--ttl", "600", "--wait"], env)
+    assert hold["status"] == "ready"  # type: ignore[index]
+    alloc = _json(["alloc", "create", "2"], env)
+    assert alloc["hold_id"] == hold["id"] and alloc["warm"] is True  # type: ignore[index]
+    listed = _json(["alloc", "list"], env)
+    assert [a["id"] for a in listed] == [alloc["id"]]  # type: ignore[index, union-attr]
+    released = _json(["alloc", "release", alloc["id"]], env)  # type: ignore[index]
+    assert released["status"] == "released"  # type: ignore[index]
+    table = runner.invoke(app, ["hold", "list"], env=env)
+    assert table.exit_code == 0 and hold["id"] in table.output  # type: ignore[index]
+
+
+def test_refusals_are_one_line_with_the_code(env: dict[str, str]) -> None:
+    result = runner.invoke(app, ["alloc", "create", "3"], env=env)
+    assert result.exit_code == 1
+    assert "quota_exceeded" in result.output and "Traceback" not in result.output
+    missing = runner.invoke(app, ["hold", "show", "hold_0000000000000000"], env=env)
+    assert missing.exit_code == 1 and "not_found" in missing.output
+
+
+def test_policy_check_prints_the_effective_policy_or_the_errors(tmp_path: Path) -> None:
+    good = runner.invoke(app, ["policy", "check", str(REPO / "configs" / "prewarm-policy.yaml"),
+                               "--json"])
+    assert good.exit_code == 0 and json.loads(good.output)["max_gpus_total"] == 16
+    bad = tmp_path / "p.yaml"
+    bad.write_text("min_confidence: 2\n")
+    result = runner.invoke(app, ["policy", "check", str(bad)])
+    assert result.exit_code == 1 and f"{bad}:1" in result.output
+
+
+def test_replay_prints_the_documented_json(tmp_path: Path) -> None:
+    trace = REPO / "tests" / "data" / "helios_venus_slice.csv"
+    result = runner.invoke(app, ["replay", "--trace", str(trace), "--capacity", "968",
+                                 "--policy", "reactive", "--policy", "keepalive:600",
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["policy"] for r in rows] == ["reactive", "keepalive:600"]
+    keys = {"jobs", "mean_time_to_gpu_s", "p50_time_to_gpu_s", "p95_time_to_gpu_s",
+            "warm_hit_rate", "busy_gpu_hours", "idle_gpu_hours", "idle_ratio"}
+    assert keys <= set(rows[0]) and rows[0]["warm_hit_rate"] == 0.0
+    assert rows[1]["mean_time_to_gpu_s"] < rows[0]["mean_time_to_gpu_s"]
+    bad = runner.invoke(app, ["replay", "--trace", str(trace), "--capacity", "8",
+                              "--policy", "nonsense"])
+    assert bad.exit_code == 2 and "unknown policy" in bad.output
