@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import IO
 
@@ -186,7 +187,6 @@ def _summary(demo: Demo) -> None:
         "demo",
         "holds: " + ", ".join(f"{n} {o}" for o, n, _ in holds) + f"; idle GPU-minutes: {idle:.1f}",
     )
-    demo.say("demo", f"review: jitgpu predictions score --log {demo.folder / 'predictions.db'}")
 
 
 def run_demo(keep: bool = False) -> int:
@@ -265,6 +265,22 @@ def run_demo(keep: bool = False) -> int:
         return 130
     finally:
         demo.stop_all()
+        log = _keep_log(folder, keep)
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
+    if log is not None:
+        demo.say("demo", f"review: jitgpu predictions score --log {log}")
+        demo.say("demo", f"        jitgpu predictions report --log {log} --out report.html")
     return 0
+
+
+def _keep_log(folder: Path, keep: bool) -> Path | None:
+    """The prediction log outlives the working folder, so that the review line works."""
+    log = folder / "predictions.db"
+    if keep or not log.exists():
+        return log if log.exists() else None
+    kept = Path(tempfile.gettempdir()) / "jitgpu-demo-predictions.db"
+    # The backup API copies a consistent database, WAL included, where a file copy may not.
+    with closing(sqlite3.connect(log)) as src, closing(sqlite3.connect(kept)) as dst:
+        src.backup(dst)
+    return kept
