@@ -265,7 +265,10 @@ class Simulator:
         ttg = start - job.submit
         rec.time_to_gpu.append(ttg)
         rec.queue_wait.append(now - job.submit)
-        miss = None if ttg <= 0 else classify_miss(info[0], info[1], job.gpus)
+        # A warm hit starts at once on its user's ready holds alone: with no cold start a fresh
+        # GPU also gives time-to-GPU 0, but nothing was warm for the job.
+        hit = not fresh and ttg <= 0
+        miss = None if hit else classify_miss(info[0], info[1], job.gpus)
         rec.job_started(ttg, miss, is_day_start(job.submit, info[0]))
         used = job.gpus * job.duration
         rec.busy_gpu_s += used

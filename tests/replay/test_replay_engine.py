@@ -45,6 +45,19 @@ def test_reactive_job_waits_the_cold_start_and_it_counts_as_idle() -> None:
     assert result["misses"]["first_job"] == 1
 
 
+def test_without_a_cold_start_only_a_claimed_hold_is_a_warm_hit() -> None:
+    # Fresh GPUs cost nothing to warm here, so every job starts at once; yet only a job that
+    # ran on GPUs kept for its user counts as a warm hit.
+    load_plugins()
+    jobs = _jobs(("a", 0, 1, 100), ("a", 300, 1, 100))
+    for policy, hits in (("reactive", 0), ("keepalive:600", 1)):
+        sim = Simulator(jobs, make_policy(policy), SimConfig(16, cold_start_s=0.0))
+        result = sim.run()
+        assert result["mean_time_to_gpu_s"] == 0.0
+        assert result["warm_hits"] == hits, policy
+        assert sum(result["misses"].values()) == 2 - hits
+
+
 def test_oracle_warms_exactly_ahead_for_zero_wait_and_the_same_idle() -> None:
     jobs = _jobs(("a", 0, 8, 1000), ("b", 50, 4, 10), ("a", 3000, 2, 5))
     result = _run(jobs, "oracle")
