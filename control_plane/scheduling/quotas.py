@@ -123,7 +123,11 @@ def check_quota(
     Within the guarantee (and, with shares, within its class's share): admit. Above it but
     within quota + burst: admit as burst, which needs idle GPUs when `idle_gpus` is given.
     Beyond quota + burst: refused at once (or queued with `queue_over_quota`), and a request
-    that could never fit (larger than quota + burst) is always refused.
+    that could never fit (larger than quota + burst) is always refused. With shares, a request
+    within its class's guarantee that is over the limit only because the other class borrowed
+    from that guarantee is queued, never refused: the caller places it once the tenant's
+    running GPUs leave room, and meanwhile the borrower gets nothing more (queued requests
+    count as usage).
     """
     if gpu_count < 1:
         raise ValueError("gpu_count must be at least 1")
@@ -136,6 +140,15 @@ def check_quota(
     over = QuotaVerdict.QUEUE if queue_over_quota else QuotaVerdict.REFUSE
     used = usage.total
     if used + gpu_count > limit:
+        lent = _lent_to_other_class(quota, usage, gpu_count, job_class)
+        if lent:
+            # A class's guarantee is its own: what the other class borrowed comes back to it,
+            # so the request waits for those GPUs instead of being refused.
+            return QuotaDecision(
+                QuotaVerdict.QUEUE,
+                f"within the {job_class} guarantee, but {lent} of its GPUs are lent to the "
+                "other class: queued until they are returned",
+            )
         return QuotaDecision(
             over, f"{used} GPUs in use + {gpu_count} asked would exceed {limit_text}"
         )
@@ -159,3 +172,17 @@ def check_quota(
     return QuotaDecision(
         QuotaVerdict.BURST, f"{burst} of {gpu_count} GPUs above the guarantee, as burst", burst
     )
+
+
+def _lent_to_other_class(
+    quota: TenantQuota, usage: TenantUsage, gpu_count: int, job_class: JobClass
+) -> int:
+    """GPUs of `job_class`'s guarantee that the other class uses now, when the request fits
+    that guarantee; 0 otherwise (no split, or the request is beyond its class's share)."""
+    if quota.online_share is None:
+        return 0
+    guarantees = quota.class_guarantees()
+    if usage.of(job_class) + gpu_count > guarantees[job_class]:
+        return 0
+    other = JobClass.BATCH if job_class == JobClass.ONLINE else JobClass.ONLINE
+    return max(0, usage.of(other) - guarantees[other])

@@ -71,6 +71,24 @@ def test_online_batch_shares_guarantee_each_class_its_part() -> None:
     assert check_quota(quota, full, 1, JobClass.ONLINE).verdict == QuotaVerdict.REFUSE
 
 
+def test_a_class_within_its_guarantee_queues_for_what_the_other_class_borrowed() -> None:
+    quota = TenantQuota(10, 0, online_share=0.7)
+    # Online took its 7 and borrowed 2 of batch's 3 while batch was idle.
+    usage = TenantUsage(online_gpus=9, batch_gpus=0)
+    decision = check_quota(quota, usage, 3, JobClass.BATCH)
+    assert decision.verdict == QuotaVerdict.QUEUE
+    assert "2 of its GPUs are lent" in decision.reason
+    # Batch's own guarantee fits in what is left: admitted at once.
+    assert check_quota(quota, usage, 1, JobClass.BATCH).verdict == QuotaVerdict.ADMIT
+    # Beyond batch's guarantee nothing is owed to it: refused as before.
+    assert check_quota(quota, usage, 4, JobClass.BATCH).verdict == QuotaVerdict.REFUSE
+    # The borrower gets nothing more while batch waits (the queued 3 count as usage).
+    waiting = TenantUsage(online_gpus=9, batch_gpus=3)
+    assert check_quota(quota, waiting, 1, JobClass.ONLINE).verdict == QuotaVerdict.REFUSE
+    # Without a split there is nothing to reclaim.
+    assert check_quota(TenantQuota(10), TenantUsage(9), 3).verdict == QuotaVerdict.REFUSE
+
+
 def test_share_rounding_never_strands_a_gpu() -> None:
     assert split_shares(5, {"online": 0.7, "batch": 0.3}) == {"online": 4, "batch": 1}
     assert split_shares(3, {"a": 1, "b": 1, "c": 1}) == {"a": 1, "b": 1, "c": 1}
