@@ -32,8 +32,9 @@ _REFUSALS = {
 
 def load_litellm() -> ModuleType:
     """Import litellm on first use only (seconds and ~165 MB), without network access."""
-    # Without this, importing litellm fetches the model price map from the internet.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # Without this, importing litellm fetches the model price map from the internet; a user's
+    # "False" would make every agent start depend on the network, so it is not honoured.
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     import litellm
 
     litellm.suppress_debug_info = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -235,3 +236,14 @@ def test_importing_predictors_does_not_import_litellm() -> None:
         "assert 'litellm' not in sys.modules, 'litellm was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_litellm_is_loaded_with_the_local_price_map_whatever_the_environment() -> None:
+    code = (
+        "import os, sys\n"
+        "from predictors.llm import load_litellm\n"
+        "load_litellm()\n"
+        "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "False"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
