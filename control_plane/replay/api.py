@@ -13,7 +13,10 @@ from control_plane.replay.policies import make_policy
 from control_plane.replay.trace import Job, load_trace
 
 # Optional modules that register more policies (predictor-driven ones) when present.
-PLUGIN_MODULES = ("control_plane.replay.predictor_policies",)
+PLUGIN_MODULES = (
+    "control_plane.replay.predictor_policies",
+    "control_plane.replay.llm_policy",
+)
 
 
 def load_plugins() -> None:

@@ -7,9 +7,9 @@ as `key=value` options, for example `burst:price=0.006` or `histogram:tail=0.8,c
 How forecasts become holds here (`ForecastPolicy` with `reuse=1,topup=1` by default): the
 predictor is asked after each arrival and finish of a user (and every `tick` seconds where
 set); a forecast made as one of the user's jobs ends keeps that job's GPUs (warm) first, and
-otherwise asks only for the GPUs the user does not already hold. The LLM predictor is not
-offered: a trace carries no logs and the replay configures no model. Nor are log cues: the
-traces have none, so `cues` would never forecast.
+otherwise asks only for the GPUs the user does not already hold. The LLM predictor has its
+own module (`llm_policy`), offered only with a model configured. Log cues are not offered:
+the traces have none, so `cues` would never forecast.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _count(options: dict[str, str], key: str, default: int) -> int:
     return int(value)
 
 
-def _adapt(
+def adapt(
     predictor: Predictor,
     options: dict[str, str],
     *,
@@ -98,7 +98,7 @@ BURST_OPTIONS = ("window", "price", "jobs", "size", "lead", "pool", "fit")
 
 def _burst(arg: str | None) -> Policy:
     options = parse_options(arg, allowed=(*BURST_OPTIONS, *ADAPTER))
-    return _adapt(_burst_predictor(options), options)
+    return adapt(_burst_predictor(options), options)
 
 
 def _histogram_predictor(options: dict[str, str], name: str = "histogram") -> HistogramPredictor:
@@ -133,7 +133,7 @@ HISTOGRAM_OPTIONS = (
 
 def _histogram(arg: str | None) -> Policy:
     options = parse_options(arg, allowed=(*HISTOGRAM_OPTIONS, *ADAPTER))
-    return _adapt(_histogram_predictor(options), options)
+    return adapt(_histogram_predictor(options), options)
 
 
 def _season_config(options: dict[str, str]) -> HistoryConfig:
@@ -163,7 +163,7 @@ def _seasonality(arg: str | None) -> Policy:
         options["conf"] = "0.3"  # the predictor's own default threshold
     # Clock bins need asking without an event: every 10 minutes unless `tick` says otherwise.
     config = _season_config(options)
-    return _adapt(_season_predictor(options), options, config=config, tick_s=600.0)
+    return adapt(_season_predictor(options), options, config=config, tick_s=600.0)
 
 
 def _ewma_predictor(options: dict[str, str], name: str = "ewma") -> EwmaPredictor:
@@ -186,7 +186,7 @@ EWMA_OPTIONS = ("half_life", "horizon", "jobs", "size")
 
 def _ewma(arg: str | None) -> Policy:
     options = parse_options(arg, allowed=(*EWMA_OPTIONS, *ADAPTER))
-    return _adapt(_ewma_predictor(options), options)
+    return adapt(_ewma_predictor(options), options)
 
 
 _MEMBER_BUILDERS: dict[str, Callable[[dict[str, str]], Predictor]] = {
@@ -221,7 +221,7 @@ def _ensemble(arg: str | None) -> Policy:
     )
     tick = 600.0 if "seasonality" in names else None
     config = HistoryConfig() if "seasonality" not in names else _season_config({})
-    return _adapt(ensemble, options, config=config, tick_s=tick)
+    return adapt(ensemble, options, config=config, tick_s=tick)
 
 
 def _member_options(member: str, options: dict[str, str]) -> dict[str, str]:

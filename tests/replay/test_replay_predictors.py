@@ -58,7 +58,9 @@ def test_every_predictor_policy_is_registered_and_runs_on_the_slice() -> None:
     load_plugins()
     known = available_policies()
     assert set(PREDICTOR_POLICIES) <= set(known)
-    assert "llm" not in known and "cues" not in known  # no model configured, no cues in traces
+    assert "cues" not in known  # the traces have no log cues
+    # The LLM policy is listed, and built only with a model (tests/predictors runs it).
+    assert "llm" in known
     jobs = load_trace(SLICE)
     specs = [
         "burst",
@@ -92,9 +94,16 @@ def test_every_predictor_policy_is_registered_and_runs_on_the_slice() -> None:
         ("ewma:half_life=5", "'half_life': must be one of"),
         ("ensemble:members=burst+llm", "'members'"),
         ("ensemble:mode=vote", "'mode': 'vote' is not one of"),
+        ("llm", "no model configured: give llm:model=NAME"),
+        ("llm:model=m,calls_per_hour=1.5", "'calls_per_hour': must be a whole number"),
+        ("llm:model=m,key_env=not-a-name", "option 'api_key_env'"),
+        ("llm:model=m,temperature=1", "unknown option 'temperature'"),
     ],
 )
-def test_bad_options_give_a_clear_error(spec: str, message: str) -> None:
+def test_bad_options_give_a_clear_error(
+    spec: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("JITGPU_LLM_MODEL", raising=False)
     load_plugins()
     with pytest.raises(ValueError, match=message) as caught:
         make_policy(spec)
