@@ -129,10 +129,19 @@ def load_cluster(session: Session) -> Cluster:
 
 
 def mark_changed(session: Session, *, inventory: bool = False) -> None:
-    """Note that this transaction changes what placement sees; the epoch moves at commit."""
+    """Note that this transaction changes what placement sees; the epoch moves at commit.
+
+    An inventory change (a node leaving or joining placement, a GPU's health) also drops
+    this transaction's view: the view cannot lose or gain GPUs in place, and a stale one would
+    free and hand out GPUs of a node that just went offline. The next `load_cluster` in the
+    transaction builds a fresh one from the flushed rows.
+    """
     session.info["changed"] = True
     if inventory:
         session.info["inventory"] = True
+        session.info.pop("cluster", None)
+        cached = _cache(session)
+        cached.epoch, cached.cluster = None, None
 
 
 @event.listens_for(Session, "before_commit")

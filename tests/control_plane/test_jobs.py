@@ -189,3 +189,36 @@ def test_heartbeats_are_written_behind_and_state_changes_at_once(
     buffer.flush(db)
     with db.read() as session:
         assert session.get(NodeRow, node["id"]).last_heartbeat_at == api.clock.now
+
+
+def test_liveness_never_replaces_a_hold_onto_the_dead_node_with_a_warm_view(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    nodes = {n["id"]: n["name"] for n in (api.node("n1", gpus=2), api.node("n2", gpus=2))}
+    _, headers = api.tenant(quota=4)
+    # Placed after the last registration: the cached cluster view is warm when liveness runs.
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
+    (dead,) = {g["node_id"] for g in hold["gpus"]}
+    (alive,) = set(nodes) - {dead}
+    api.clock.advance(settings.heartbeat_timeout_s + 1)
+    api.http.post(f"/v1/nodes/{alive}/heartbeat", json={}, headers=ADMIN)
+    api.http.app.state.heartbeats.flush(db)
+    assert liveness(db, settings, api.clock.now) == 1
+    moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert moved["status"] == "ready"
+    active = [g for g in api.http.get("/v1/gpus", headers=ADMIN).json() if g["assigned_to"]]
+    assert [g["node_id"] for g in active] == [alive, alive]
+    assert {g["assigned_to"] for g in active} == {hold["id"]}
+
+
+def test_liveness_fails_a_hold_it_cannot_replace_and_says_why(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=2)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
+    assert liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1)) == 1
+    failed = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert failed["status"] == "failed"
+    assert failed["reason"] == "node n1 went offline; no capacity to re-place it"
+    assert all(g["assigned_to"] is None for g in api.http.get("/v1/gpus", headers=ADMIN).json())
