@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Path, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
 from control_plane.db.engine import Database
+from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope
 from control_plane.services import auth
 from control_plane.services.auth import Principal
+
+# An id in a path is checked before any query: one that cannot exist is a 422 naming the
+# parameter, and no odd byte (a NUL, say) ever reaches the database.
+IdPath = Annotated[str, Path(min_length=1, max_length=64, pattern=ID_PATTERN)]
 
 # Dependencies are `async def` where they do not block: FastAPI runs each plain `def`
 # dependency in the thread pool, and those hops cost more than the work here.

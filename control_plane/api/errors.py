@@ -7,7 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
@@ -110,6 +110,17 @@ def install(app: FastAPI) -> None:
         log.warning("database unavailable: %s", exc.__class__.__name__)
         return error_response(
             503, "database_unavailable", "the database is unavailable; retry shortly"
+        )
+
+    @app.exception_handler(DataError)
+    async def _db_data(_request: Request, exc: DataError) -> JSONResponse:
+        # The schemas bound every value, so this is a gap in them; still the client's input,
+        # never a server fault. The driver's text may quote the value: only its class is logged.
+        log.warning("database refused a value: %s", exc.orig.__class__.__name__)
+        return error_response(
+            422,
+            "invalid_request",
+            "a value in the request cannot be stored (out of range or an invalid character)",
         )
 
     @app.exception_handler(DBAPIError)

@@ -11,9 +11,11 @@ from control_plane.schemas.common import (
     MAX_GPUS_PER_REQUEST,
     MAX_LEAD_S,
     MAX_LEASE_S,
-    MAX_NAME_LEN,
     MAX_TTL_S,
+    MULTILINE,
     GpuModel,
+    Label,
+    ObjectId,
     UtcDatetime,
     WireModel,
 )
@@ -27,7 +29,8 @@ from control_plane.schemas.enums import (
 )
 
 # A command is argv: at most 64 words of at most 1,024 characters, bounds the schema states.
-CommandWord = Annotated[str, Field(max_length=1024)]
+# A word may span lines (a script for `sh -c`) but holds no other control character.
+CommandWord = Annotated[str, Field(max_length=1024), *MULTILINE]
 Command = Annotated[list[CommandWord], Field(min_length=1, max_length=64)]
 
 
@@ -47,7 +50,7 @@ class AllocationCreate(WireModel):
         le=MAX_LEASE_S,
         description="Lease length; null means until release.",
     )
-    hold_id: str | None = Field(default=None, max_length=64, description="Claim this hold.")
+    hold_id: ObjectId | None = Field(default=None, description="Claim this hold.")
     use_holds: bool = Field(
         strict=True,
         default=True,
@@ -58,13 +61,12 @@ class AllocationCreate(WireModel):
     command: Command | None = Field(
         default=None, description="Run this on the node with the GPUs visible."
     )
-    warmup: str | None = Field(
+    warmup: Label | None = Field(
         default=None,
-        max_length=MAX_NAME_LEN,
         description="Warm-up profile the node runs before the GPUs count as usable (a cold "
         "start measured into time_to_gpu_s).",
     )
-    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    label: Label | None = None
 
 
 class Allocation(BaseModel):
@@ -126,12 +128,10 @@ class HoldCreate(WireModel):
         description="Place and warm this long before start_at.",
     )
     confidence: float = Field(strict=True, default=1.0, ge=0.0, le=1.0)
-    warmup: str | None = Field(
-        default=None, max_length=MAX_NAME_LEN, description="Warm-up profile the node runs."
-    )
+    warmup: Label | None = Field(default=None, description="Warm-up profile the node runs.")
     source: HoldSource = HoldSource.MANUAL
     strategy: Strategy = Strategy.CONSOLIDATED
-    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    label: Label | None = None
 
     @model_validator(mode="after")
     def _one_start(self) -> HoldCreate:
@@ -144,7 +144,7 @@ class HoldCreate(WireModel):
 class HoldClaim(WireModel):
     lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
     command: Command | None = None
-    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    label: Label | None = None
 
 
 class Hold(BaseModel):

@@ -1,7 +1,9 @@
-"""Shared wire pieces: error body, bounds, identifiers and UTC timestamps."""
+"""Shared wire pieces: error body, bounds, identifiers, safe strings and UTC timestamps."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -10,9 +12,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     ValidationInfo,
     field_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 # Bounds keep every integer far inside a 32-bit column and every string inside its column,
 # so that no input can surface as a database overflow (a 500) instead of a 422.
@@ -27,17 +32,92 @@ MAX_QUOTA_GPUS = 1_000_000
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 ID_PATTERN = r"^[a-z]+_[0-9a-f]{16}$"
+# Short names like "A100", "H100-80GB" or "RTX 4090" (the node agent's name for a GeForce):
+# no leading or trailing space, nothing a log line, a shell or a query string would misread.
+GPU_MODEL_PATTERN = r"^[A-Za-z0-9](?:[A-Za-z0-9 _.-]{0,62}[A-Za-z0-9_.-])?$"
+# Stated in the schema so that clients (and the schema fuzzer) know; enforced below with a
+# message that says which character and where.
+PLAIN_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+MULTILINE_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+
+# PostgreSQL text refuses NUL, and a lone surrogate cannot be encoded as UTF-8 for either
+# database: both would fail at the INSERT. The other control characters have no place in a
+# name or a label and would garble logs and terminals.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class SchemaPattern:
+    """States a pattern in the JSON schema only; a validator enforces it with a clearer error."""
+
+    pattern: str
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema["pattern"] = self.pattern
+        return schema
+
+
+def _refuse(found: re.Match[str]) -> ValueError:
+    return ValueError(
+        f"must not contain control characters (U+{ord(found.group()):04X} at {found.start()})"
+    )
+
+
+def _plain(value: str) -> str:
+    found = _CONTROL.search(value)
+    if found is not None:
+        raise _refuse(found)
+    return value
+
+
+def _multiline(value: str) -> str:
+    found = _CONTROL_BUT_LINES.search(value)
+    if found is not None:
+        raise _refuse(found)
+    return value
+
+
+def _scrub(value: str) -> str:
+    # Output captured from a process is reported, not chosen: refusing it would lose the
+    # whole report, so what cannot be stored or shown safely becomes U+FFFD instead.
+    return _CONTROL_BUT_LINES.sub("\ufffd", value)
+
+
+# Checks (the pattern stated in the schema, the validator with a clear message) to put
+# after a length bound: Annotated[str, Field(max_length=...), *PLAIN].
+PLAIN = (AfterValidator(_plain), SchemaPattern(PLAIN_PATTERN))
+MULTILINE = (AfterValidator(_multiline), SchemaPattern(MULTILINE_PATTERN))
+SCRUB = AfterValidator(_scrub)
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN, pattern=NAME_PATTERN)]
-GpuModel = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN)]
-ObjectId = Annotated[str, Field(min_length=1, max_length=64)]
+GpuModel = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN, pattern=GPU_MODEL_PATTERN)]
+ObjectId = Annotated[str, Field(min_length=1, max_length=64, pattern=ID_PATTERN)]
+# A one-line, person-chosen string: labels, warm-up profile names, topology names.
+Label = Annotated[str, Field(max_length=MAX_NAME_LEN), *PLAIN]
+NonEmptyLabel = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN), *PLAIN]
+# Text a node reports from a process or a driver: unsafe characters are replaced, not refused.
+ReportedText = Annotated[str, Field(max_length=MAX_TEXT_LEN), SCRUB]
+
+# Wide enough for any schedule (and for history), narrow enough that no conversion of a
+# zone offset can overflow Python's datetime range (years 1 to 9999).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 
 def _as_utc(value: datetime) -> datetime:
     # Naive timestamps are taken as UTC: the API never guesses a local zone.
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    bounds = f"must be between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC)"
+    try:
+        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # year 1 at +14:00 or 9999 at -14:00: outside every bound
+        raise ValueError(bounds) from None
+    if not EARLIEST <= utc <= LATEST:
+        raise ValueError(bounds)
+    return utc
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
 from control_plane.schemas.common import (
     MAX_GPUS_PER_NODE,
-    MAX_NAME_LEN,
-    MAX_TEXT_LEN,
+    PLAIN,
+    SCRUB,
     GpuModel,
+    Label,
     Name,
+    NonEmptyLabel,
+    ReportedText,
     WireModel,
 )
 from control_plane.schemas.enums import NodeStatus, TaskStatus
 
+GpuUuid = Annotated[str, Field(min_length=1, max_length=96), *PLAIN]
+
 
 class GpuSpec(WireModel):
-    uuid: str = Field(min_length=1, max_length=96)
+    uuid: GpuUuid
     model: GpuModel
     memory_mb: int = Field(ge=0, le=10_000_000)
     index: int | None = Field(default=None, ge=0, le=1024)
@@ -26,10 +32,10 @@ class GpuSpec(WireModel):
 
 class NodeRegister(WireModel):
     name: Name
-    spine: str = Field(default="spine0", min_length=1, max_length=MAX_NAME_LEN)
-    leaf: str = Field(default="leaf0", min_length=1, max_length=MAX_NAME_LEN)
+    spine: NonEmptyLabel = "spine0"
+    leaf: NonEmptyLabel = "leaf0"
     gpus: list[GpuSpec] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
-    agent_version: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    agent_version: Label | None = None
 
 
 class Gpu(BaseModel):
@@ -57,9 +63,9 @@ class Node(BaseModel):
 
 
 class GpuTelemetry(WireModel):
-    uuid: str = Field(min_length=1, max_length=96)
+    uuid: GpuUuid
     healthy: bool = Field(default=True, strict=True)
-    reason: str | None = Field(default=None, max_length=256)
+    reason: Annotated[str, Field(max_length=256), SCRUB] | None = None
     memory_used_mb: int | None = Field(default=None, ge=0, le=10_000_000)
     utilization_pct: float | None = Field(strict=True, default=None, ge=0, le=100)
     temperature_c: float | None = Field(strict=True, default=None, ge=-100, le=300)
@@ -104,7 +110,7 @@ class WarmupReport(WireModel):
     ok: bool = Field(strict=True)
     warmup_s: float = Field(strict=True, ge=0, le=86400)
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
-    output_tail: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
+    output_tail: ReportedText | None = None
     started: bool = Field(
         strict=True, default=False, description="True when warming has only started."
     )
@@ -113,4 +119,4 @@ class WarmupReport(WireModel):
 class TaskReport(WireModel):
     status: TaskStatus
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
-    output_tail: str | None = Field(default=None, max_length=MAX_TEXT_LEN)
+    output_tail: ReportedText | None = None

@@ -7,10 +7,11 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from control_plane.schemas.common import (
-    MAX_NAME_LEN,
     MAX_QUOTA_GPUS,
     MAX_TTL_S,
+    Label,
     Name,
+    NonEmptyLabel,
     WireModel,
 )
 from control_plane.schemas.enums import Scope
@@ -44,7 +45,7 @@ class Tenant(BaseModel):
 
 
 class ApiKeyCreate(WireModel):
-    label: str | None = Field(default=None, max_length=MAX_NAME_LEN)
+    label: Label | None = None
 
 
 class ApiKeyCreated(BaseModel):
@@ -81,7 +82,7 @@ class TenantPolicy(WireModel):
         description="Held-but-unclaimed GPU-hours per UTC day.",
     )
     max_hold_ttl_s: int = Field(default=3600, ge=1, le=MAX_TTL_S)
-    allowed_warmups: list[str] | None = Field(
+    allowed_warmups: list[NonEmptyLabel] | None = Field(
         default=None, max_length=64, description="Warm-up profiles allowed; null allows any."
     )
     holds_may_preempt_holds: bool = Field(

@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from control_plane.api.deps import get_clock, get_db, idempotency_key, tenant, tenant_or_admin
+from control_plane.api.deps import (
+    IdPath,
+    get_clock,
+    get_db,
+    idempotency_key,
+    tenant,
+    tenant_or_admin,
+)
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.api.respond import created
 from control_plane.db.engine import Database
@@ -54,14 +61,14 @@ def list_allocations(
 
 @router.get("/{allocation_id}", response_model=Allocation)
 def get_allocation(
-    allocation_id: str, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
+    allocation_id: IdPath, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
 ) -> Allocation:
     return queries.get_allocation(db, tenant_id=who.tenant_id, allocation_id=allocation_id)
 
 
 @router.delete("/{allocation_id}", response_model=Allocation)
 def release_allocation(
-    allocation_id: str,
+    allocation_id: IdPath,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     who: Principal = Depends(tenant_or_admin),

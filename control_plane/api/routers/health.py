@@ -10,6 +10,7 @@ from control_plane.api.deps import get_db, tenant_or_admin
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db import migrate
 from control_plane.db.engine import Database
+from control_plane.schemas.common import PLAIN_PATTERN
 from control_plane.schemas.events import Event
 from control_plane.services import queries
 from control_plane.services.auth import Principal
@@ -43,7 +44,7 @@ def readyz(db: Database = Depends(get_db)) -> JSONResponse:
 @router.get("/v1/events", response_model=list[Event], tags=["events"], responses=ERROR_RESPONSES)
 def list_events(
     after_id: int = Query(default=0, ge=0, le=2**62),
-    object_id: str | None = Query(default=None, max_length=128),
+    object_id: str | None = Query(default=None, max_length=128, pattern=PLAIN_PATTERN),
     limit: int = Query(default=200, ge=1, le=1000),
     db: Database = Depends(get_db),
     who: Principal = Depends(tenant_or_admin),

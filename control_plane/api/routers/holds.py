@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from control_plane.api.deps import get_clock, get_db, idempotency_key, tenant, tenant_or_admin
+from control_plane.api.deps import (
+    IdPath,
+    get_clock,
+    get_db,
+    idempotency_key,
+    tenant,
+    tenant_or_admin,
+)
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.api.respond import created
 from control_plane.db.engine import Database
@@ -50,7 +57,7 @@ def list_holds(
 
 @router.get("/{hold_id}", response_model=Hold)
 def get_hold(
-    hold_id: str, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
+    hold_id: IdPath, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
 ) -> Hold:
     with db.read() as session:
         return holds.get(session, tenant_id=who.tenant_id, hold_id=hold_id)
@@ -58,7 +65,7 @@ def get_hold(
 
 @router.delete("/{hold_id}", response_model=Hold)
 def cancel_hold(
-    hold_id: str,
+    hold_id: IdPath,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     who: Principal = Depends(tenant_or_admin),
@@ -70,7 +77,7 @@ def cancel_hold(
 
 @router.post("/{hold_id}/claim", status_code=201, response_model=Allocation)
 def claim_hold(
-    hold_id: str,
+    hold_id: IdPath,
     request: Request,
     body: HoldClaim | None = None,
     who: Principal = Depends(tenant),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from control_plane.api.deps import admin, get_clock, get_db, node_or_admin
+from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold
@@ -35,7 +35,7 @@ def register_node(
 
 @router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)
 def heartbeat(
-    node_id: str,
+    node_id: IdPath,
     request: Request,
     body: Heartbeat | None = None,
     db: Database = Depends(get_db),
@@ -53,8 +53,8 @@ def heartbeat(
 
 @router.post("/nodes/{node_id}/holds/{hold_id}/warmup", response_model=Hold)
 def report_warmup(
-    node_id: str,
-    hold_id: str,
+    node_id: IdPath,
+    hold_id: IdPath,
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
@@ -69,8 +69,8 @@ def report_warmup(
 
 @router.post("/nodes/{node_id}/allocations/{allocation_id}/task", response_model=Allocation)
 def report_task(
-    node_id: str,
-    allocation_id: str,
+    node_id: IdPath,
+    allocation_id: IdPath,
     body: TaskReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
@@ -85,8 +85,8 @@ def report_task(
 
 @router.post("/nodes/{node_id}/allocations/{allocation_id}/warmup", response_model=Allocation)
 def report_allocation_warmup(
-    node_id: str,
-    allocation_id: str,
+    node_id: IdPath,
+    allocation_id: IdPath,
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
@@ -106,7 +106,7 @@ def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) ->
 
 @router.get("/nodes/{node_id}", response_model=Node)
 def get_node(
-    node_id: str, db: Database = Depends(get_db), _: Principal = Depends(node_or_admin)
+    node_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(node_or_admin)
 ) -> Node:
     return nodes.get_node(db, node_id=node_id)
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from control_plane.api.deps import admin, get_clock, get_db, tenant_or_admin
+from control_plane.api.deps import (
+    IdPath,
+    admin,
+    get_clock,
+    get_db,
+    tenant_or_admin,
+)
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db.engine import Database
 from control_plane.schemas.tenants import (
@@ -41,7 +47,7 @@ def list_tenants(db: Database = Depends(get_db), _: Principal = Depends(admin)) 
 
 @router.get("/tenants/{tenant_id}", response_model=Tenant)
 def get_tenant(
-    tenant_id: str, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
+    tenant_id: IdPath, db: Database = Depends(get_db), who: Principal = Depends(tenant_or_admin)
 ) -> Tenant:
     _own(who, tenant_id)
     return tenants.get_tenant(db, tenant_id=tenant_id)
@@ -49,7 +55,7 @@ def get_tenant(
 
 @router.patch("/tenants/{tenant_id}", response_model=Tenant)
 def update_tenant(
-    tenant_id: str,
+    tenant_id: IdPath,
     body: TenantUpdate,
     db: Database = Depends(get_db),
     _: Principal = Depends(admin),
@@ -59,7 +65,7 @@ def update_tenant(
 
 @router.post("/tenants/{tenant_id}/api-keys", status_code=201, response_model=ApiKeyCreated)
 def create_api_key(
-    tenant_id: str,
+    tenant_id: IdPath,
     body: ApiKeyCreate | None = None,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
@@ -70,15 +76,15 @@ def create_api_key(
 
 @router.get("/tenants/{tenant_id}/api-keys", response_model=list[ApiKeyInfo])
 def list_api_keys(
-    tenant_id: str, db: Database = Depends(get_db), _: Principal = Depends(admin)
+    tenant_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(admin)
 ) -> list[ApiKeyInfo]:
     return tenants.list_api_keys(db, tenant_id=tenant_id)
 
 
 @router.delete("/tenants/{tenant_id}/api-keys/{key_id}", response_model=ApiKeyInfo)
 def revoke_api_key(
-    tenant_id: str,
-    key_id: str,
+    tenant_id: IdPath,
+    key_id: IdPath,
     request: Request,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
@@ -108,7 +114,7 @@ def list_node_tokens(
 
 @router.get("/policies/{tenant_id}", response_model=TenantPolicyInfo, tags=["policies"])
 def get_policy(
-    tenant_id: str,
+    tenant_id: IdPath,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     who: Principal = Depends(tenant_or_admin),
@@ -119,7 +125,7 @@ def get_policy(
 
 @router.put("/policies/{tenant_id}", response_model=TenantPolicyInfo, tags=["policies"])
 def put_policy(
-    tenant_id: str,
+    tenant_id: IdPath,
     body: TenantPolicy,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
