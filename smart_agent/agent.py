@@ -10,13 +10,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from control_plane.schemas.allocations import Allocation, Hold
 from predictors import HistoryBuilder
+from predictors.context import Context
 from predictors.types import Event, EventKind, Forecast
 from smart_agent.client import Client, JitgpuError
-from smart_agent.decide import Decision, HeldWindow, PolicyState, decide
+from smart_agent.decide import Decision, HeldWindow, PolicyState, decide, wire_gpu_model
+from smart_agent.outcomes import HoldKeeper, Notify, idle_minutes, idle_of
 from smart_agent.policy import Policy
 from smart_agent.predictor_set import PredictorSet
 from smart_agent.predlog import PredictionLog
@@ -24,6 +25,7 @@ from smart_agent.predlog import PredictionLog
 log = logging.getLogger("jitgpu.agent")
 
 ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
+ARRIVAL_MAX_AGE_S = 120.0
 CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
 
 
@@ -41,9 +43,6 @@ class CycleReport:
     cancelled: list[str] = field(default_factory=list)
 
 
-Notify = Callable[[str, dict], None]
-
-
 class Agent:
     """Turns one user's events into holds and claims, within the pre-warm policy."""
 
@@ -59,6 +58,7 @@ class Agent:
         lease_s: int | None = None,
         allocate_on_miss: bool = False,
         notify: Notify | None = None,
+        arrival_max_age_s: float = ARRIVAL_MAX_AGE_S,
     ) -> None:
         self.user = user
         self.policy = policy
@@ -69,6 +69,12 @@ class Agent:
         self.lease_s = lease_s
         self.allocate_on_miss = allocate_on_miss
         self.notify: Notify = notify or (lambda kind, data: None)
+        self.arrival_max_age_s = arrival_max_age_s
+        # Jobs from before this moment (processes already running, a backfilled history)
+        # are history, not arrivals: they must neither claim a hold nor allocate now.
+        self.started_at = clock()
+        self.agent_id = log_.agent_id()
+        self.holds = HoldKeeper(client, log_, clock, self.notify)
         self.history = HistoryBuilder()
         self._open_jobs: dict[str, OpenJob] = {}
         self._last_cue: str | None = None
@@ -83,10 +89,19 @@ class Agent:
             return
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
-            if key not in self._open_jobs:
+            if key not in self._open_jobs and self._is_arrival(event):
                 self._open_jobs[key] = self._arrive(event)
         elif event.kind == EventKind.JOB_FINISHED and event.job_id in self._open_jobs:
             self._finish(self._open_jobs.pop(event.job_id))
+
+    def _is_arrival(self, event: Event) -> bool:
+        """A job arriving now, not one a backfill, a rewritten history file or a process
+        running before the agent started reports late: those only teach the history."""
+        oldest = max(self.clock() - self.arrival_max_age_s, self.started_at)
+        if event.at >= oldest:
+            return True
+        log.debug("job %s at %.0f is history, not an arrival", event.job_id, event.at)
+        return False
 
     def _arrive(self, event: Event) -> OpenJob:
         now = self.clock()
@@ -113,16 +128,17 @@ class Agent:
                     at=now,
                     claimed_at=now,
                     job_id=job_id,
-                    idle_gpu_minutes=_idle_of(current, now),
+                    idle_gpu_minutes=idle_of(current, now),
                 )
             elif self.allocate_on_miss:
+                model = event.gpu_model or self.policy.gpu_model
                 alloc = self.client.allocate(
                     max(1, event.gpus or 1),
-                    gpu_model=event.gpu_model or self.policy.gpu_model,
+                    gpu_model=wire_gpu_model(model),
                     lease_s=self.lease_s,
                     use_holds=False,
-                    warmup=self.policy.warmup_for(event.gpu_model or self.policy.gpu_model),
-                    idempotency_key=f"job:{self.user}:{job_id}",
+                    warmup=self.policy.warmup_for(model),
+                    idempotency_key=f"job:{self.agent_id}:{job_id}",
                 )
         except JitgpuError as exc:
             log.warning("job %s: could not get GPUs: %s", event.job_id, exc)
@@ -180,9 +196,9 @@ class Agent:
     def cycle(self, *, trigger: str, cue: str | None = None) -> CycleReport:
         """Forecast, decide every forecast under the policy, request the holds it allows."""
         now = self.clock()
-        cue = cue or (self._last_cue if trigger == "cue" else None)
-        cue = None if cue is None else str(cue)
         context = self.history.context(self.user, now)
+        cue = cue or _pending_cue(context) or (self._last_cue if trigger == "cue" else None)
+        cue = None if cue is None else str(cue)
         report = CycleReport()
         report.forecasts = self.predictors.predict(context, now)
         cycle_id = self.log.cycle(
@@ -238,7 +254,12 @@ class Agent:
                     )
                     if cue is not None:
                         state.last_hold_at[cue] = now
-        report.cancelled = self._cancel_unsupported(report.forecasts, now)
+        report.cancelled = self.holds.cancel_unsupported(
+            report.forecasts,
+            now,
+            cancel_below=self.policy.cancel_below,
+            unheard=self.predictors.unheard(),
+        )
         return report
 
     def _request(self, decision: Decision, forecast_id: int, now: float) -> str | None:
@@ -251,10 +272,10 @@ class Agent:
                 start_in_s=max(0.0, intent.start_at - now),
                 lead_s=intent.lead_s,
                 confidence=intent.confidence,
-                gpu_model=intent.gpu_model,
+                gpu_model=wire_gpu_model(intent.gpu_model),
                 warmup=intent.warmup,
                 source="agent",
-                idempotency_key=f"forecast:{forecast_id}",
+                idempotency_key=f"forecast:{self.agent_id}:{forecast_id}",
             )
         except JitgpuError as exc:
             # The server's budget wins over the local policy: record why, request nothing more.
@@ -273,79 +294,20 @@ class Agent:
         )
         return hold.id
 
-    def _cancel_unsupported(self, forecasts: list[Forecast], now: float) -> list[str]:
-        """Cancel holds not yet due that no current forecast supports any more."""
-        cancelled = []
-        for row in self.log.pending_holds():
-            if row["start_at"] <= now or now - row["made_at"] < 60:
-                continue
-            supported = any(
-                f.confidence >= self.policy.cancel_below
-                and f.start_at <= row["end_at"]
-                and row["start_at"] <= f.end_at
-                for f in forecasts
-            )
-            if supported:
-                continue
-            try:
-                hold = self.client.cancel_hold(row["hold_id"])
-            except JitgpuError:
-                continue
-            self.log.hold_outcome(
-                row["hold_id"], outcome="cancelled", at=now, idle_gpu_minutes=_idle_of(hold, now)
-            )
-            cancelled.append(row["hold_id"])
-            self.notify("cancel", {"hold": row["hold_id"]})
-        return cancelled
-
     # --- outcomes --------------------------------------------------------------------
     def reconcile(self) -> int:
         """Learn what became of pending holds and of jobs whose time-to-GPU was not known."""
-        now = self.clock()
-        changed = 0
-        for row in self.log.pending_holds():
-            try:
-                hold = self.client.get_hold(row["hold_id"])
-            except JitgpuError as exc:
-                if exc.status == 404:
-                    self.log.hold_outcome(row["hold_id"], outcome="failed", at=now)
-                continue
-            status = hold.status.value
-            if status in ("expired", "cancelled", "preempted", "failed", "claimed"):
-                ended = hold.ended_at.timestamp() if hold.ended_at else now
-                self.log.hold_outcome(
-                    row["hold_id"],
-                    outcome=status,
-                    at=ended,
-                    idle_gpu_minutes=_idle_of(hold, ended),
-                    claimed_at=ended if status == "claimed" else None,
-                )
-                self.notify("outcome", {"hold": row["hold_id"], "outcome": status})
-                changed += 1
-        for job in self.log.query(
-            "SELECT id, allocation_id FROM jobs WHERE allocation_id IS "
-            "NOT NULL AND time_to_gpu_s IS NULL"
-        ):
-            try:
-                alloc = self.client.get_allocation(job["allocation_id"])
-            except JitgpuError:
-                continue
-            if alloc.time_to_gpu_s is not None:
-                self.log.job_update(job["id"], time_to_gpu_s=alloc.time_to_gpu_s)
-                self.notify("ready", {"allocation": alloc.id, "time_to_gpu_s": alloc.time_to_gpu_s})
-                changed += 1
-        return changed
+        return self.holds.reconcile()
+
+    def cancel_all(self) -> int:
+        """On a clean stop when configured: give back every hold the agent still has."""
+        return self.holds.cancel_all()
 
     def policy_state(self, now: float) -> PolicyState:
         pending = self.log.pending_holds()
-        midnight = (
-            datetime.fromtimestamp(now)
-            .replace(hour=0, minute=0, second=0, microsecond=0)
-            .timestamp()
-        )
-        idle = self.log.idle_gpu_hours_since(midnight)
+        idle = self.log.idle_gpu_hours_since(self.policy.day_start(now))
         lead = self.policy.lead_s
-        idle += sum(_idle_minutes(row, now, lead) for row in pending) / 60.0
+        idle += sum(idle_minutes(row, now, lead) for row in pending) / 60.0
         last: dict[str, float] = {}
         for row in self.log.query(
             "SELECT cue, MAX(made_at) AS at FROM forecasts WHERE hold_id "
@@ -362,36 +324,12 @@ class Agent:
             ],
         )
 
-    def cancel_all(self) -> int:
-        """On a clean stop when configured: give back every hold the agent still has."""
-        n = 0
-        for row in self.log.pending_holds():
-            try:
-                hold = self.client.cancel_hold(row["hold_id"])
-            except JitgpuError:
-                continue
-            self.log.hold_outcome(
-                row["hold_id"],
-                outcome="cancelled",
-                at=self.clock(),
-                idle_gpu_minutes=_idle_of(hold, self.clock()),
-            )
-            n += 1
-        return n
 
-
-def _idle_minutes(row: dict, now: float, lead_s: float) -> float:
-    """A pending hold's idle GPU-minutes so far: from when the server placed it (at the
-    latest of its request and its start minus the lead) until now."""
-    placed = max(row["made_at"], row["start_at"] - lead_s)
-    return max(0.0, now - placed) * (row["hold_gpus"] or 0) / 60.0
-
-
-def _idle_of(hold: Hold, until: float) -> float:
-    """GPU-minutes the server says a hold sat placed and unused, until `until`."""
-    if hold.placed_at is None:
-        return 0.0
-    return max(0.0, until - hold.placed_at.timestamp()) * hold.gpu_count / 60.0
+def _pending_cue(context: Context) -> str | None:
+    """The cue driving a cycle that no cue triggered (a timer, a burst closing): the latest
+    one no job has followed yet, so its cooldown holds whatever runs the cycle."""
+    pending: dict[str, float] = getattr(context.history, "cue_pending", None) or {}
+    return max(pending, key=lambda name: pending[name]) if pending else None
 
 
 def _context_summary(context: object) -> dict:

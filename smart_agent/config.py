@@ -47,6 +47,13 @@ class AgentConfig(SourcesConfig):
     cancel_on_exit: bool = Field(
         default=False, description="Cancel the agent's holds on a clean stop."
     )
+    arrival_max_age_s: float = Field(
+        default=120.0,
+        ge=1,
+        le=86400,
+        description="A job event older than this (or from before the agent started) is "
+        "history only: it claims no hold and allocates nothing.",
+    )
 
 
 def load_agent_config(path: str | Path) -> tuple[AgentConfig, Path]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field
 
 from predictors.types import Forecast
 from smart_agent.policy import Policy
 
 MIN_TTL_S = 60
+# The control plane accepts only plain model names: a log-derived one that is not is dropped.
+GPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+log = logging.getLogger("jitgpu.agent")
 
 
 @dataclass(frozen=True)
@@ -110,3 +116,14 @@ def decide(
         warmup=policy.warmup_for(model),
     )
     return Decision(True, reason, intent)
+
+
+def wire_gpu_model(model: str | None) -> str | None:
+    """`model` if the control plane accepts it as a GPU model name, else None (any model).
+
+    A model name can come from a log line: whatever it says, only a plain name is sent.
+    """
+    if model is None or GPU_MODEL.fullmatch(model):
+        return model
+    log.debug("GPU model %r is not a plain model name: asking for any model", model[:80])
+    return None

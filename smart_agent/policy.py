@@ -14,7 +14,8 @@ from predictors.llm_config import LlmConfig
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 PREDICTORS = ("burst", "histogram", "cues", "seasonality", "ewma", "llm")
-_SPAN = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]|24):([0-5]\d)$")
+# An end may be 24:00 (midnight at the end of the day), never 24:01..24:59.
+_SPAN = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-(?!24:(?!00))([01]\d|2[0-3]|24):([0-5]\d)\Z")
 
 
 class Strict(BaseModel):
@@ -136,12 +137,16 @@ class Policy(Strict):
             return None
         return ZoneInfo(self.timezone)
 
+    def local(self, at: float) -> datetime:
+        """`at` on the policy's clock (its time zone, or the machine's with "local")."""
+        return datetime.fromtimestamp(at, tz=self.zone())
+
+    def day_start(self, at: float) -> float:
+        """Midnight starting the policy's day that holds `at`: the daily idle budget's reset."""
+        return self.local(at).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
     def is_quiet(self, at: float) -> bool:
-        moment = (
-            datetime.fromtimestamp(at, tz=self.zone())
-            if self.zone()
-            else (datetime.fromtimestamp(at))
-        )
+        moment = self.local(at)
         if DAYS[moment.weekday()] in self.quiet_days:
             return True
         now = moment.hour * 60 + moment.minute

@@ -30,18 +30,28 @@ class Recorded:
         self.name: str = inner.name
         self.expensive = getattr(inner, "expensive", False)
         self.last: list[Forecast] = []
+        self.asked = False
+        self.raised = False
 
     @property
     def last_failed(self) -> bool:
-        return bool(getattr(self.inner, "last_failed", False))
+        return self.raised or bool(getattr(self.inner, "last_failed", False))
+
+    def forget(self) -> None:
+        """Before a call: an ensemble may skip this member, whose last answer is then stale."""
+        self.last, self.asked, self.raised = [], False, False
 
     @property
     def last_cost(self) -> Any:
         return getattr(self.inner, "last_cost", None)
 
     def predict(self, context: Context, now: float) -> list[Forecast]:
-        self.last = []
-        self.last = list(self.inner.predict(context, now))
+        self.last, self.asked, self.raised = [], True, False
+        try:
+            self.last = list(self.inner.predict(context, now))
+        except Exception:
+            self.raised = True
+            raise
         return self.last
 
 
@@ -93,6 +103,8 @@ class PredictorSet:
         )
 
     def predict(self, context: Context, now: float) -> list[Forecast]:
+        for member in self.members:
+            member.forget()
         if self.ensemble is not None:
             return self.ensemble.predict(context, now)
         out: list[Forecast] = []
@@ -102,6 +114,11 @@ class PredictorSet:
             except Exception:  # one member must not stop the others
                 member.last = []
         return out
+
+    def unheard(self) -> set[str]:
+        """Members that gave no usable answer on the last call: they failed (an error, a
+        rate cap, the day's budget spent) or were not asked. Their silence is no evidence."""
+        return {m.name for m in self.members if not m.asked or m.last_failed}
 
     def shadow(self) -> dict[str, list[Forecast]]:
         """Each member's forecasts of the last call, acted on or not."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,6 +78,18 @@ class PredictionLog:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def agent_id(self) -> str:
+        """This log's agent: a random id made once and kept in the meta table. Idempotency
+        keys carry it, because the server scopes keys per tenant, not per agent: two agents
+        of one team, or a recreated log, would otherwise reuse each other's keys."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('agent_id', ?)",
+                (uuid.uuid4().hex,),
+            )
+            row = db.execute("SELECT value FROM meta WHERE key='agent_id'").fetchone()
+        return str(row[0])
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

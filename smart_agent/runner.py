@@ -98,6 +98,7 @@ class Runner:
             lease_s=config.lease_s,
             allocate_on_miss=config.allocate_on_miss,
             notify=notify,
+            arrival_max_age_s=config.arrival_max_age_s,
         )
         self._queue: queue.Queue[Event | _Tick] = queue.Queue(maxsize=100_000)
         self.sources = Sources(config, self._offer, clock=clock, **(sources_kwargs or {}))

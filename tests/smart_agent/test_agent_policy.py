@@ -44,11 +44,12 @@ def test_wrong_type_names_the_value(tmp_path: Path) -> None:
 
 
 def test_negative_budget_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "min_confidence: 0.6\ndaily_idle_gpu_hours: -1\n")
     with pytest.raises(ConfigError) as err:
-        load_model(Policy, _write(tmp_path, "daily_idle_gpu_hours: -1\n"))
-    assert "daily_idle_gpu_hours" in str(err.value) and "greater than or equal to 0" in str(
-        err.value
-    )
+        load_model(Policy, path)
+    message = str(err.value)
+    assert f"{path}:2" in message and "'daily_idle_gpu_hours'" in message
+    assert "greater than or equal to 0" in message
 
 
 def test_overlapping_quiet_hours_are_refused(tmp_path: Path) -> None:
