@@ -14,6 +14,7 @@ from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope
 from control_plane.services import auth
 from control_plane.services.auth import Principal
+from control_plane.services.errors import ServiceError
 
 # An id in a path is checked before any query: one that cannot exist is a 422 naming the
 # parameter, and no odd byte (a NUL, say) ever reaches the database.
@@ -76,3 +77,23 @@ async def idempotency_key(
     ),
 ) -> str | None:
     return idempotency_key
+
+
+class IdempotencyNotSupported(ServiceError):
+    status_code = 400
+    code = "idempotency_not_supported"
+
+
+async def no_idempotency_key(
+    idempotency_key: str | None = Header(
+        default=None, alias="Idempotency-Key", include_in_schema=False
+    ),
+) -> None:
+    # The answer of these routes is a secret shown once: storing it to replay it would keep
+    # the secret in the clear, and ignoring the key would make a retry mint a second one.
+    if idempotency_key is not None:
+        raise IdempotencyNotSupported(
+            "Idempotency-Key is not supported on this route: its answer holds a secret that "
+            "is never stored; send the request without the header, and revoke any extra key",
+            field="Idempotency-Key",
+        )

@@ -64,6 +64,11 @@ def _admit(session: Session, tenant: TenantRow, body: AllocationCreate | Allocat
         raise QuotaExceeded(decision.reason, field="gpu_count")
 
 
+def answer(alloc: Allocation) -> tuple[int, Allocation]:
+    """201 when the allocation has its GPUs, 202 while it waits in the queue."""
+    return (202 if alloc.status == AllocationStatus.PENDING else 201), alloc
+
+
 def create(
     session: Session, *, tenant_id: str, body: AllocationCreate, now: float
 ) -> tuple[int, Allocation]:
@@ -71,14 +76,14 @@ def create(
     tenant = ensure_tenant(session, tenant_id)
     if body.hold_id is not None:
         claim = HoldClaim(lease_s=body.lease_s, command=body.command, label=body.label)
-        return 201, claim_hold(
-            session, tenant_id=tenant_id, hold_id=body.hold_id, body=claim, now=now
+        return answer(
+            claim_hold(session, tenant_id=tenant_id, hold_id=body.hold_id, body=claim, now=now)
         )
     if body.use_holds:
         match = _matching_hold(session, tenant_id=tenant_id, body=body, now=now)
         if match is not None:
             claim = HoldClaim(lease_s=body.lease_s, command=body.command, label=body.label)
-            return 201, _claim(session, tenant, match, claim, now=now)
+            return answer(_claim(session, tenant, match, claim, now=now))
     _admit(session, tenant, body)
     alloc = AllocationRow(
         id=new_id("alloc"),

@@ -75,7 +75,12 @@ def cancel_hold(
     return result
 
 
-@router.post("/{hold_id}/claim", status_code=201, response_model=Allocation)
+@router.post(
+    "/{hold_id}/claim",
+    status_code=201,
+    response_model=Allocation,
+    responses={202: {"model": Allocation, "description": "Queued: the hold was not placed yet"}},
+)
 def claim_hold(
     hold_id: IdPath,
     request: Request,
@@ -91,10 +96,9 @@ def claim_hold(
         who=who,
         key=key,
         body=claim,
-        use_case=lambda session, now: (
-            201,
+        use_case=lambda session, now: allocations.answer(
             allocations.claim_hold(
                 session, tenant_id=tenant_id, hold_id=hold_id, body=claim, now=now
-            ),
+            )
         ),
     )

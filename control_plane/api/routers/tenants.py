@@ -9,6 +9,7 @@ from control_plane.api.deps import (
     admin,
     get_clock,
     get_db,
+    no_idempotency_key,
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
@@ -63,7 +64,12 @@ def update_tenant(
     return tenants.update_tenant(db, tenant_id=tenant_id, body=body)
 
 
-@router.post("/tenants/{tenant_id}/api-keys", status_code=201, response_model=ApiKeyCreated)
+@router.post(
+    "/tenants/{tenant_id}/api-keys",
+    status_code=201,
+    response_model=ApiKeyCreated,
+    dependencies=[Depends(no_idempotency_key)],
+)
 def create_api_key(
     tenant_id: IdPath,
     body: ApiKeyCreate | None = None,
@@ -95,7 +101,13 @@ def revoke_api_key(
     return info
 
 
-@router.post("/node-tokens", status_code=201, response_model=ApiKeyCreated, tags=["nodes"])
+@router.post(
+    "/node-tokens",
+    status_code=201,
+    response_model=ApiKeyCreated,
+    tags=["nodes"],
+    dependencies=[Depends(no_idempotency_key)],
+)
 def create_node_token(
     body: ApiKeyCreate | None = None,
     db: Database = Depends(get_db),
