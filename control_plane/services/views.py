@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 
 from sqlalchemy import or_
@@ -36,7 +35,12 @@ def tenant_view(row: TenantRow) -> Tenant:
 def _gpus_by_owner(
     session: Session, *, hold_ids: Sequence[str] = (), allocation_ids: Sequence[str] = ()
 ) -> dict[str, list[AssignedGpu]]:
-    """GPUs of each hold/allocation; an ended assignment still names the GPUs it had."""
+    """GPUs of each hold/allocation: the ones it has now, or, once it has none, its last set.
+
+    A re-placed hold has ended assignments on the GPUs it lost; they are history, not GPUs it
+    holds. An ended hold or allocation still names the GPUs it had when it ended (the ones
+    assigned last: a hold's GPUs are always assigned together).
+    """
     if not hold_ids and not allocation_ids:
         return {}
     conditions = []
@@ -52,16 +56,27 @@ def _gpus_by_owner(
         .order_by(col(AssignmentRow.id))
     ).all()
     hold_set, alloc_set = set(hold_ids), set(allocation_ids)
-    out: dict[str, list[AssignedGpu]] = defaultdict(list)
+    # owner -> rank of the set shown and its GPUs: every active row outranks every ended one,
+    # and among ended rows the latest assigned win.
+    shown: dict[str, tuple[tuple[bool, float], list[AssignedGpu]]] = {}
     for assignment, index, node_name in rows:
         gpu = AssignedGpu(
             uuid=assignment.gpu_uuid, node=node_name, node_id=assignment.node_id, index=index
         )
-        if assignment.allocation_id in alloc_set:
-            out[assignment.allocation_id].append(gpu)
-        if assignment.hold_id in hold_set:
-            out[assignment.hold_id].append(gpu)
-    return out
+        active = assignment.ended_at is None
+        rank = (True, 0.0) if active else (False, assignment.started_at)
+        for owner, owners in (
+            (assignment.allocation_id, alloc_set),
+            (assignment.hold_id, hold_set),
+        ):
+            if owner not in owners:
+                continue
+            current = shown.get(owner)
+            if current is None or rank > current[0]:
+                shown[owner] = (rank, [gpu])
+            elif rank == current[0]:
+                current[1].append(gpu)
+    return {owner: gpus for owner, (_, gpus) in shown.items()}
 
 
 def allocation_views(session: Session, rows: Sequence[AllocationRow]) -> list[Allocation]:

@@ -148,11 +148,15 @@ def test_two_node_agents_warm_claim_fail_over_and_survive_a_restart(tmp_path: Pa
         took = time.monotonic() - killed_at
         assert took <= HEARTBEAT_TIMEOUT_S + JOBS_INTERVAL_S + 2.0, took
         wait_for(
-            lambda: hold(h2)["status"] == "ready" and hold(h2)["gpus"][-1]["node"] == "node-a",
+            lambda: (
+                hold(h2)["status"] == "ready"
+                and [g["node"] for g in hold(h2)["gpus"]] == ["node-a"]
+            ),
             timeout=20,
             what="the hold of node-b to be re-placed on node-a and warmed",
         )
-        moved_to = hold(h2)["gpus"][-1]["uuid"]
+        (moved,) = hold(h2)["gpus"]
+        moved_to = moved["uuid"]
         assert f"{h2['id']} {moved_to}" in (tmp_path / "warmups.log").read_text().splitlines()
 
         # Restart the server on the same database: nothing is lost, the agent re-registers
@@ -172,7 +176,7 @@ def test_two_node_agents_warm_claim_fail_over_and_survive_a_restart(tmp_path: Pa
         )
         assert node_a.output().count("control plane unreachable") >= 1
         assert hold(h1)["status"] == "claimed"
-        assert hold(h2)["status"] == "ready" and hold(h2)["gpus"][-1]["uuid"] == moved_to
+        assert hold(h2)["status"] == "ready" and [g["uuid"] for g in hold(h2)["gpus"]] == [moved_to]
         after = allocation()
         assert after["status"] == "allocated" and after["task_status"] == "running"
         assert nodes()["node-a"]["status"] == "online"
