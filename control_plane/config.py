@@ -53,13 +53,31 @@ ENV_KEYS = {
 }
 
 
+# Settings whose value is a secret (or may hold one): an error names the key, never the value.
+SECRET_KEYS = frozenset({"admin_token", "database_url"})
+
+
+def _shown(key: str, value: object) -> str:
+    if key.split(".")[0] in SECRET_KEYS:
+        size = f"{len(value)} characters, " if isinstance(value, str) else ""
+        return f"got {size}value not shown"
+    return f"got {value!r}"
+
+
 def _describe(error: ValidationError, source: str) -> str:
     lines = []
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        value = item.get("input")
-        lines.append(f"{source}: key {key!r}: {item['msg']} (got {value!r})")
+        lines.append(f"{source}: key {key!r}: {item['msg']} ({_shown(key, item.get('input'))})")
     return "\n".join(lines)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # PyYAML's own text quotes the offending line, which may be the admin token's.
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or exc.__class__.__name__
+    return f"{problem}{where}"
 
 
 def load_settings(
@@ -77,7 +95,7 @@ def load_settings(
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
         data.update(loaded)

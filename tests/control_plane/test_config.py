@@ -1,0 +1,49 @@
+"""Server settings errors name the file, the key and the rule, and never print a secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from control_plane.config import ConfigError, load_settings
+
+SECRET = "s3cr3t-15-chars"  # one character under the 16 the server requires
+
+
+def test_short_admin_token_from_the_environment_is_refused_without_echo() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"JITGPU_ADMIN_TOKEN": SECRET})
+    message = str(caught.value)
+    assert "admin_token" in message and "at least 16 characters" in message
+    assert "15 characters, value not shown" in message
+    assert SECRET not in message and SECRET[:8] not in message
+
+
+def test_short_admin_token_in_a_file_is_refused_without_echo(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text(f"admin_token: {SECRET}\nport: 8080\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env={})
+    assert str(path) in str(caught.value) and "admin_token" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_broken_yaml_does_not_quote_the_line_with_the_token(tmp_path: Path) -> None:
+    path = tmp_path / "server.yaml"
+    path.write_text(f"port: 8080\nadmin_token: {SECRET}-long-enough: oops\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env={})
+    message = str(caught.value)
+    assert "not valid YAML" in message and "line 2" in message
+    assert SECRET not in message
+
+
+def test_other_bad_values_are_still_shown() -> None:
+    with pytest.raises(ConfigError, match="got 'loud'"):
+        load_settings(env={"JITGPU_LOG_LEVEL": "loud"})
+
+
+def test_a_good_token_loads() -> None:
+    token = "x" * 16
+    assert load_settings(env={"JITGPU_ADMIN_TOKEN": token}).admin_token == token
