@@ -8,6 +8,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -93,10 +94,38 @@ class JobRunner:
             log.info("this replica (%s) now runs the periodic jobs", self.holder)
         elif not won and self.db.is_sqlite and not self._warned_sqlite:
             self._warned_sqlite = True
-            log.warning(
-                "another server runs jobs on this SQLite file; SQLite supports one "
-                "replica only: use PostgreSQL for several"
+            self._explain_sqlite_lease(now)
+
+    def _explain_sqlite_lease(self, now: float) -> None:
+        """Say who holds the lease and until when: after a kill -9 and a quick restart it is
+        the previous run's, which is no second server and needs nothing but waiting."""
+        try:
+            held = leader.holder_of(self.db)
+        except Exception:
+            held = None
+        if held is None:
+            return
+        holder, until = held
+        when = datetime.fromtimestamp(until, tz=UTC).isoformat(timespec="seconds")
+        wait = max(0.0, until - now)
+        if _left_by_a_dead_process(holder):
+            log.info(
+                "the jobs lease on this SQLite file was left by a previous run (%s, no longer "
+                "running); it expires at %s (in %.1fs) and this server runs the jobs from then",
+                holder,
+                when,
+                wait,
             )
+            return
+        log.warning(
+            "a jobs lease on this SQLite file is held until %s (in %.1fs) by %s; if no other "
+            "server uses this file it was left by a previous run and this server takes the "
+            "jobs over when it expires. SQLite supports one replica only: use PostgreSQL for "
+            "several",
+            when,
+            wait,
+            holder,
+        )
 
     def _run(self, job: Job) -> None:
         if not self.is_leader:
@@ -114,3 +143,18 @@ class JobRunner:
             return
         if changed:
             log.info("job %s: %d change(s)", job.name, changed)
+
+
+def _left_by_a_dead_process(holder: str) -> bool:
+    """True when the holder ("host:pid:tag") names a process of this host that is gone."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another host, or a holder written some other way: cannot tell
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive but not ours to signal
+        return False
+    return False
