@@ -244,11 +244,20 @@ def find_gpus_preempting(
 
 
 def hold_on_node(session: Session, hold_id: str, node_id: str) -> bool:
-    """Whether this hold has (or had) GPUs on the node: nodes may only report on their own."""
+    """Whether this hold has GPUs on the node now: nodes may only report on their own.
+
+    A node the hold moved away from (it went offline and came back) still has ended rows for
+    it; its late reports must not change a hold that now warms elsewhere. A claimed hold's
+    GPUs stay assigned (to its allocation), so its warm-up may still be reported.
+    """
     return (
         session.exec(
             select(AssignmentRow.id)
-            .where(AssignmentRow.hold_id == hold_id, AssignmentRow.node_id == node_id)
+            .where(
+                AssignmentRow.hold_id == hold_id,
+                AssignmentRow.node_id == node_id,
+                col(AssignmentRow.ended_at).is_(None),
+            )
             .limit(1)
         ).first()
         is not None

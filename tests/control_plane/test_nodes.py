@@ -92,3 +92,34 @@ def test_overlong_strings_and_huge_integers_are_422(api: Api) -> None:
         assert api.http.post("/v1/allocations", json=body, headers=headers).status_code == 422
     big = {"name": "n" * 65, "gpus": []}
     assert api.http.post("/v1/nodes", json=big, headers=ADMIN).status_code == 422
+
+
+def test_a_node_cannot_report_on_a_hold_that_moved_away(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    first = api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=4)
+    body = {"gpu_count": 2, "ttl_s": 3600, "warmup": "default"}
+    hold = api.http.post("/v1/holds", json=body, headers=headers).json()
+    api.clock.advance(10)
+    second = api.node("n2", gpus=2)
+    api.clock.advance(settings.heartbeat_timeout_s - 5)
+    api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
+    assert liveness(db, settings, api.clock.now) == 1
+    failure = {"ok": False, "warmup_s": 3.0, "exit_code": 1, "output_tail": "late"}
+    late = api.http.post(
+        f"/v1/nodes/{first['id']}/holds/{hold['id']}/warmup", json=failure, headers=ADMIN
+    )
+    assert late.status_code == 404
+    still = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert still["status"] == "placed" and [g["node"] for g in still["gpus"]] == ["n2", "n2"]
+    # Its new node reports as usual; claimed mid-warm-up, the report makes the claim ready.
+    path = f"/v1/nodes/{second['id']}/holds/{hold['id']}/warmup"
+    started = {"ok": True, "warmup_s": 0.0, "started": True}
+    assert api.http.post(path, json=started, headers=ADMIN).json()["status"] == "warming"
+    alloc = api.http.post(f"/v1/holds/{hold['id']}/claim", json={}, headers=headers).json()
+    assert alloc["ready_at"] is None
+    ok = {"ok": True, "warmup_s": 2.0}
+    assert api.http.post(path, json=ok, headers=ADMIN).status_code == 200
+    ready = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert ready["ready_at"] is not None

@@ -1,0 +1,43 @@
+"""The agent against the real app when work moves away, the node is drained, or nothing changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from control_plane.jobs.registry import liveness
+from tests.node_agent.conftest import AgentFactory, ControlPlaneApp
+
+
+def _liveness(cp: ControlPlaneApp) -> int:
+    state = cp.http.app.state  # type: ignore[attr-defined]
+    return liveness(state.db, state.settings, cp.clock.now)
+
+
+def test_a_late_report_on_a_hold_that_moved_away_is_refused_and_forgotten(
+    cp: ControlPlaneApp, make_agent: AgentFactory, tmp_path: Path
+) -> None:
+    flag = tmp_path / "go"
+    profile = {
+        "warmup_profiles": {"w": [{"command": f"until [ -e {flag} ]; do sleep 0.02; done; exit 3"}]}
+    }
+    old = make_agent("node-1", gpus=2, **profile)
+    old.round()
+    hold = cp.hold(gpu_count=2, warmup="w")
+    old.round()  # warming on node-1
+    assert cp.get(f"/v1/holds/{hold['id']}")["status"] == "warming"
+    # node-1 falls silent; its hold moves to node-2.
+    cp.clock.advance(20)
+    new = make_agent("node-2", gpus=2, **profile)
+    new.round()
+    assert _liveness(cp) == 1
+    moved = cp.get(f"/v1/holds/{hold['id']}")
+    assert moved["status"] == "placed" and {g["node"] for g in moved["gpus"]} == {"node-2"}
+    # node-1's warm-up now fails: its report must not fail the hold on node-2.
+    flag.touch()
+    warmup = old.work.holds[hold["id"]].warmup
+    assert warmup is not None
+    warmup.join(10)
+    old.flush()
+    assert hold["id"] not in old.work.holds
+    after = cp.get(f"/v1/holds/{hold['id']}")
+    assert after["status"] == "placed" and after["gpus"] == moved["gpus"]
