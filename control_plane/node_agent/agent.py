@@ -200,11 +200,19 @@ class Agent:
         try:
             self.beat()
             self.flush()
-        except (Unreachable, Rejected) as exc:
-            # Register again once it answers: it may have restarted on another database.
+        except (Unreachable, Rejected, NotFound) as exc:
+            # Register again once it answers: it may have restarted on another database. A
+            # 404 here came after registering again (a node deleted as it registered, or a
+            # replica behind a load balancer on another database): back off, never crash.
             self.registered = False
             delay = self.backoff.next()
-            what = "unreachable" if isinstance(exc, Unreachable) else "refused the request"
+            what = (
+                "unreachable"
+                if isinstance(exc, Unreachable)
+                else "does not know this node"
+                if isinstance(exc, NotFound)
+                else "refused the request"
+            )
             log.warning(
                 "control plane %s (%s); retrying in %.1fs (attempt %d)",
                 what,

@@ -337,3 +337,24 @@ def test_allocation_cold_start_is_reported_again_until_it_arrives(tmp_path: Path
     agent.round()
     assert len(cp.sent("allocation-warmup")) == 1
     assert agent.work.allocations["a1"].warmup is warmup  # not warmed twice
+
+
+def test_a_second_404_after_registering_again_backs_off_instead_of_crashing(
+    tmp_path: Path,
+) -> None:
+    cp = ScriptedControlPlane()
+    time = FakeTime()
+    agent = make(tmp_path, cp, time)
+    gone = NotFound("node node_1 not found", 404)
+    cp.failures["heartbeat"] = [gone, gone, gone, gone]
+
+    def stop_after(n: int) -> None:
+        if n == 3:
+            agent.request_stop()
+
+    time.on_wait = stop_after
+    assert agent.run() == 0
+    # Two rounds met a 404 on the retry too: each backed off; the third got through.
+    assert time.waits[:3] == [0.5, 1.0, 0.5]
+    assert len(cp.sent("register")) == 5  # start, retry, next round, retry, third round
+    assert agent.registered and agent.backoff.failures == 0
