@@ -14,6 +14,16 @@ import sys
 import time
 
 CUDA_ERROR_NO_DEVICE = 100
+# cuInit answers that mean "no usable CUDA here", not "this GPU is broken": skip the warm.
+SKIP_REASONS = {
+    34: "libcuda is a stub library, not a real driver (CUDA_ERROR_STUB_LIBRARY)",
+    35: "the installed driver is older than this CUDA needs (CUDA_ERROR_INSUFFICIENT_DRIVER)",
+    CUDA_ERROR_NO_DEVICE: "no CUDA device (CUDA_ERROR_NO_DEVICE)",
+}
+
+
+class Skip(Exception):
+    """No usable CUDA on this host: nothing to warm, which is not a failure."""
 
 
 def _with_torch() -> int | None:
@@ -30,15 +40,15 @@ def _with_torch() -> int | None:
     return count
 
 
-def _with_driver() -> int | None:
-    """Device count after a context on each; None when there is no driver or no device."""
+def _with_driver() -> int:
+    """Device count after a context on each; raises Skip when there is no usable CUDA."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return None
+        raise Skip("no CUDA driver (libcuda.so.1 not found)") from None
     rc = cuda.cuInit(0)
-    if rc == CUDA_ERROR_NO_DEVICE:
-        return None
+    if rc in SKIP_REASONS:
+        raise Skip(SKIP_REASONS[rc])
     if rc != 0:
         raise RuntimeError(f"cuInit failed with CUDA error {rc}")
     count = ctypes.c_int(0)
@@ -65,11 +75,14 @@ def main() -> int:
         how = "torch"
         if count is None:
             count, how = _with_driver(), "the driver API"
+    except Skip as exc:
+        print(f"cuda context warm skipped on {visible}: {exc}", flush=True)
+        return 0
     except Exception as exc:
         print(f"cuda context warm failed on {visible}: {exc}", flush=True)
         return 1
     if not count:
-        print(f"cuda context warm skipped: no CUDA driver or device for {visible}", flush=True)
+        print(f"cuda context warm skipped on {visible}: no CUDA device visible", flush=True)
         return 0
     took = time.monotonic() - start
     print(f"cuda context warm: {count} device(s) via {how} in {took:.2f}s", flush=True)

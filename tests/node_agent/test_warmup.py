@@ -163,3 +163,39 @@ def test_cancel_stops_the_running_command(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cmd", [["true"], "true"])
 def test_list_and_shell_commands(tmp_path: Path, cmd) -> None:  # type: ignore[no-untyped-def]
     assert run(tmp_path, [CommandAction(command=cmd)]).ok
+
+
+class _FakeLibcuda:
+    def __init__(self, rc: int) -> None:
+        self.rc = rc
+
+    def cuInit(self, flags: int) -> int:  # the driver API's name
+        return self.rc
+
+
+@pytest.mark.parametrize(
+    ("rc", "why"),
+    [(34, "CUDA_ERROR_STUB_LIBRARY"), (35, "CUDA_ERROR_INSUFFICIENT_DRIVER"), (100, "NO_DEVICE")],
+)
+def test_cuda_context_warm_skips_a_stub_or_too_old_driver_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], rc: int, why: str
+) -> None:
+    from control_plane.node_agent import cuda_warm
+
+    monkeypatch.setattr(cuda_warm, "_with_torch", lambda: None)
+    monkeypatch.setattr(cuda_warm.ctypes, "CDLL", lambda name: _FakeLibcuda(rc))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1111")
+    assert cuda_warm.main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cuda context warm skipped on GPU-1111: ") and why in out
+
+
+def test_cuda_context_warm_fails_on_any_other_driver_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from control_plane.node_agent import cuda_warm
+
+    monkeypatch.setattr(cuda_warm, "_with_torch", lambda: None)
+    monkeypatch.setattr(cuda_warm.ctypes, "CDLL", lambda name: _FakeLibcuda(999))
+    assert cuda_warm.main() == 1
+    assert "cuInit failed with CUDA error 999" in capsys.readouterr().out
