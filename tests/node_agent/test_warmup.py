@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -140,6 +144,71 @@ def test_stage_copies_files_and_folders_once(tmp_path: Path) -> None:
 def test_stage_of_a_missing_source_fails(tmp_path: Path) -> None:
     result = run(tmp_path, [StageAction(stage=str(tmp_path / "nope"))])
     assert not result.ok and "does not exist" in result.output_tail
+
+
+def test_stage_past_its_timeout_fails_without_copying_the_rest(tmp_path: Path) -> None:
+    src = tmp_path / "weights"
+    src.mkdir()
+    for name in ("a.bin", "b.bin"):
+        (src / name).write_bytes(b"w")
+    # Readings: the warm-up's start, the stage's deadline base, then past the deadline.
+    result = run(tmp_path, [StageAction(stage=str(src), timeout_s=5)], clock=Ticks([0, 0, 100]))
+    assert not result.ok and result.exit_code is None
+    assert f"stage: timed out after 5s copying {src}" in result.output_tail
+    assert not (tmp_path / "cache" / "weights").exists()
+
+
+@pytest.fixture
+def http_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
+    """A local HTTP server on 127.0.0.1 serving a folder: (its base URL, the folder)."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)  # 127.0.0.1 must be reached directly
+    root = tmp_path / "served"
+    root.mkdir()
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    """Serves files without logging each request into the test output."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_stage_downloads_a_url_once(tmp_path: Path, http_files: tuple[str, Path]) -> None:
+    base, root = http_files
+    payload = bytes(range(256)) * 64
+    (root / "model.bin").write_bytes(payload)
+    action = StageAction(stage=f"{base}/model.bin", dest="models/model.bin")
+    first = run(tmp_path, [action])
+    assert first.ok, first.output_tail
+    target = tmp_path / "cache" / "models" / "model.bin"
+    assert target.read_bytes() == payload
+    assert f"downloaded {len(payload)} bytes" in first.output_tail
+    assert not target.with_name("model.bin.part").exists()
+    (root / "model.bin").unlink()  # a second warm-up uses the cache, not the server
+    second = run(tmp_path, [action])
+    assert second.ok and "already cached" in second.output_tail
+
+
+def test_stage_of_a_missing_url_fails_and_leaves_nothing(
+    tmp_path: Path, http_files: tuple[str, Path]
+) -> None:
+    base, _ = http_files
+    result = run(tmp_path, [StageAction(stage=f"{base}/nope.bin")])
+    assert not result.ok
+    assert f"stage: download of {base}/nope.bin failed" in result.output_tail
+    assert "404" in result.output_tail
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
 def test_cancel_stops_the_running_command(tmp_path: Path) -> None:
