@@ -1,4 +1,4 @@
-"""Work on GPUs that left placement: holds re-placed or failed, allocations lost."""
+"""Work on GPUs that left placement: holds re-placed or failed, allocations lost or warned."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from sqlmodel import Session, col, select
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow, TenantRow
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
 from control_plane.services import holds, lifecycle, placing
+from control_plane.services.events import record
 
 # Nodes whose silence counts: an offline node has nothing left to take offline.
 WATCHED_NODE_STATUSES = (
@@ -94,3 +95,30 @@ def take_silent_nodes_offline(session: Session, *, now: float, timeout_s: float)
             lifecycle.end_allocation(session, alloc, AllocationStatus.LOST, now=now, reason=reason)
         replace_or_fail(session, hold_ids, now=now, reason=reason)
     return len(silent)
+
+
+def unhealthy_gpus(session: Session, reasons: dict[str, str], *, now: float) -> None:
+    """GPUs that went unhealthy (uuid -> reason): their holds move or fail; running work stays.
+
+    An allocation on such a GPU is not ended (its job may still be fine, and only the job's
+    owner can judge); it gets an event so that the owner and the operators see why.
+    """
+    if not reasons:
+        return
+    for uuid, why in sorted(reasons.items()):
+        alloc_ids, hold_ids = _owners(session, uuids=[uuid])
+        message = f"GPU {uuid} unhealthy: {why}"
+        for alloc in session.exec(
+            select(AllocationRow).where(col(AllocationRow.id).in_(alloc_ids))
+        ):
+            record(
+                session,
+                kind="allocation",
+                object_id=alloc.id,
+                tenant_id=alloc.tenant_id,
+                from_state=alloc.status,
+                to_state=alloc.status,
+                at=now,
+                reason=message,
+            )
+        replace_or_fail(session, hold_ids, now=now, reason=message)

@@ -19,7 +19,7 @@ from control_plane.schemas.nodes import (
     NodeAssignment,
     NodeRegister,
 )
-from control_plane.services import lifecycle, placing
+from control_plane.services import evacuate, lifecycle, placing
 from control_plane.services.errors import Conflict, NotFound
 from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
@@ -122,7 +122,11 @@ def heartbeat(
     now: float,
     buffer: HeartbeatBuffer | None = None,
 ) -> HeartbeatReply:
-    """Store telemetry and health; never touch assignment state. Reply with desired state.
+    """Store telemetry and health; never take assignment state from the agent. Reply with
+    the desired state.
+
+    The one assignment change a heartbeat causes is the server's own decision: a GPU reported
+    unhealthy takes its holds with it (re-placed or failed, as when a node dies).
 
     The common heartbeat (nothing changed but the telemetry) only reads and leaves the write
     to `buffer`, which many heartbeats share; a state change is written at once.
@@ -186,6 +190,7 @@ def _state_changes(session: Session, node: NodeRow, body: Heartbeat) -> bool:
 
 def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float) -> None:
     reported = {g.uuid: g for g in body.gpus}
+    sick: dict[str, str] = {}
     for gpu in session.exec(select(GpuRow).where(GpuRow.node_id == node.id)).all():
         report = reported.get(gpu.uuid)
         if report is not None and report.healthy != gpu.healthy:
@@ -200,6 +205,10 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
                 to_state="healthy" if report.healthy else "unhealthy",
                 reason=gpu.health_reason,
             )
+            if not report.healthy:
+                sick[gpu.uuid] = gpu.health_reason or "unhealthy"
+    # A hold must not be claimed onto a broken GPU: it moves (or fails) like a dead node's.
+    evacuate.unhealthy_gpus(session, sick, now=now)
     wanted = _wanted_status(node, body)
     if wanted is not None:
         lifecycle.move_node(

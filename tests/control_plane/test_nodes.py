@@ -123,3 +123,50 @@ def test_a_node_cannot_report_on_a_hold_that_moved_away(
     assert api.http.post(path, json=ok, headers=ADMIN).status_code == 200
     ready = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
     assert ready["ready_at"] is not None
+
+
+def _sick(uuid: str, reason: str = "Xid 79") -> dict:
+    return {"gpus": [{"uuid": uuid, "healthy": False, "reason": reason}]}
+
+
+def test_a_hold_on_a_gpu_gone_unhealthy_moves_and_its_claim_gets_healthy_gpus(api: Api) -> None:
+    first = api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=4)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
+    assert hold["status"] == "ready"
+    second = api.node("n2", gpus=2)
+    path = f"/v1/nodes/{first['id']}/heartbeat"
+    assert api.http.post(path, json=_sick("GPU-n1-1"), headers=ADMIN).status_code == 200
+    moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert moved["status"] == "ready"
+    assert [g["node_id"] for g in moved["gpus"]] == [second["id"]] * 2
+    alloc = api.http.post(f"/v1/holds/{hold['id']}/claim", json={}, headers=headers).json()
+    assert sorted(g["uuid"] for g in alloc["gpus"]) == ["GPU-n2-0", "GPU-n2-1"]
+    events = api.http.get("/v1/events", params={"object_id": hold["id"]}, headers=ADMIN).json()
+    assert any("GPU GPU-n1-1 unhealthy: Xid 79" in (e["reason"] or "") for e in events)
+
+
+def test_a_hold_on_a_gpu_gone_unhealthy_fails_when_nothing_else_fits(api: Api) -> None:
+    node = api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=2)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
+    api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json=_sick("GPU-n1-0"), headers=ADMIN)
+    failed = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
+    assert failed["status"] == "failed"
+    assert failed["reason"] == "GPU GPU-n1-0 unhealthy: Xid 79; no capacity to re-place it"
+    claim = api.http.post(f"/v1/holds/{hold['id']}/claim", json={}, headers=headers)
+    assert claim.status_code == 409
+    assert _gpus(api)["GPU-n1-1"]["assigned_to"] is None
+
+
+def test_an_allocation_on_a_gpu_gone_unhealthy_keeps_running_with_an_event(api: Api) -> None:
+    node = api.node("n1", gpus=1)
+    _, headers = api.tenant(quota=1)
+    alloc = api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers).json()
+    api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json=_sick("GPU-n1-0"), headers=ADMIN)
+    after = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert after["status"] == "allocated" and after["gpus"] == alloc["gpus"]
+    events = api.http.get("/v1/events", params={"object_id": alloc["id"]}, headers=ADMIN).json()
+    last = events[-1]
+    assert (last["from_state"], last["to_state"]) == ("allocated", "allocated")
+    assert last["reason"] == "GPU GPU-n1-0 unhealthy: Xid 79"
