@@ -6,6 +6,7 @@ from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.jobs.registry import liveness
 from tests.control_plane.conftest import ADMIN, Api
+from tests.support.state import assignment_state
 
 
 def _gpus(api: Api) -> dict[str, dict]:
@@ -170,3 +171,33 @@ def test_an_allocation_on_a_gpu_gone_unhealthy_keeps_running_with_an_event(api: 
     last = events[-1]
     assert (last["from_state"], last["to_state"]) == ("allocated", "allocated")
     assert last["reason"] == "GPU GPU-n1-0 unhealthy: Xid 79"
+
+
+def test_heartbeats_never_change_assignment_state(api: Api, db: Database) -> None:
+    node = api.node("n1", gpus=4)
+    _, headers = api.tenant(quota=4)
+    warming = {"gpu_count": 1, "ttl_s": 3600, "warmup": "default"}
+    assert api.http.post("/v1/holds", json=warming, headers=headers).json()["status"] == "placed"
+    ready = {"gpu_count": 1, "ttl_s": 3600}
+    assert api.http.post("/v1/holds", json=ready, headers=headers).json()["status"] == "ready"
+    body = {"gpu_count": 2, "use_holds": False, "command": ["true"]}
+    assert api.http.post("/v1/allocations", json=body, headers=headers).status_code == 201
+    before = assignment_state(db)
+    path = f"/v1/nodes/{node['id']}/heartbeat"
+    telemetry = {
+        "gpus": [
+            {"uuid": f"GPU-n1-{i}", "healthy": True, "temperature_c": 40.0, "utilization_pct": 0.0}
+            for i in range(4)
+        ],
+        "host": {"cpu_pct": 3.0, "memory_pct": 20.0},
+    }
+    # Telemetry only, an agent that reports no work of its own, a drain and its end.
+    for beat in (telemetry, {}, {**telemetry, "draining": True}, {"draining": False}):
+        api.clock.advance(1)
+        reply = api.http.post(path, json=beat, headers=ADMIN)
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["assignments"]) == 3
+    buffer = api.http.app.state.heartbeats
+    if buffer is not None:
+        buffer.flush(db)
+    assert assignment_state(db) == before

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from control_plane.jobs.registry import liveness
 from tests.node_agent.conftest import AgentFactory, ControlPlaneApp
+from tests.support.state import assignment_state
 
 
 def _liveness(cp: ControlPlaneApp) -> int:
@@ -41,3 +42,23 @@ def test_a_late_report_on_a_hold_that_moved_away_is_refused_and_forgotten(
     assert hold["id"] not in old.work.holds
     after = cp.get(f"/v1/holds/{hold['id']}")
     assert after["status"] == "placed" and after["gpus"] == moved["gpus"]
+
+
+def test_an_agent_that_lost_its_local_work_changes_nothing_by_heartbeating(
+    cp: ControlPlaneApp, make_agent: AgentFactory
+) -> None:
+    agent = make_agent("node-1", gpus=3)
+    agent.round()
+    hold = cp.hold(gpu_count=1)
+    r = cp.http.post("/v1/allocations", json={"gpu_count": 2}, headers=cp.tenant)
+    assert r.status_code == 201, r.text
+    before = assignment_state(cp.http.app.state.db)
+    assert hold["status"] == "ready"
+    agent.work.holds.clear()  # as if it forgot everything it ran
+    agent.work.allocations.clear()
+    for _ in range(2):
+        cp.clock.advance(1)
+        agent.beat()
+        agent.flush()
+    assert assignment_state(cp.http.app.state.db) == before
+    assert set(agent.work.holds) == {hold["id"]} and len(agent.work.allocations) == 1
