@@ -80,6 +80,10 @@ def _prepare(call: Call) -> tuple[dict[str, str], Any]:
     return headers, call.body
 
 
+def _attempts(call: Call, retry: RetryPolicy) -> int:
+    return 1 if call.secret else retry.attempts
+
+
 def _settle(call: Call, response: httpx.Response) -> tuple[bool, Any]:
     """(True, value) for an answer, (False, error) for one worth retrying; raises the rest."""
     if response.status_code in RETRY_STATUSES:
@@ -126,7 +130,7 @@ class Client(ApiCalls):
     def _send(self, call: Call) -> Any:
         headers, body = _prepare(call)
         last: Exception | None = None
-        for attempt in range(self.retry.attempts):
+        for attempt in range(_attempts(call, self.retry)):
             if attempt:
                 time.sleep(self.retry.delay(attempt - 1))
             try:
@@ -157,6 +161,7 @@ class Client(ApiCalls):
     def wait_until_allocated(
         self, allocation_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Allocation:
+        """Poll an allocation until it is no longer pending; TimeoutError after timeout_s."""
         deadline = time.monotonic() + timeout_s
         while True:
             alloc = self.get_allocation(allocation_id)
@@ -198,7 +203,7 @@ class AsyncClient(ApiCalls):
     async def _send(self, call: Call) -> Any:  # type: ignore[override]
         headers, body = _prepare(call)
         last: Exception | None = None
-        for attempt in range(self.retry.attempts):
+        for attempt in range(_attempts(call, self.retry)):
             if attempt:
                 await asyncio.sleep(self.retry.delay(attempt - 1))
             try:
@@ -216,6 +221,7 @@ class AsyncClient(ApiCalls):
     async def wait_until_ready(
         self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Hold:
+        """Poll a hold until it is ready (or has ended); TimeoutError after timeout_s."""
         deadline = time.monotonic() + timeout_s
         while True:
             hold = await self.get_hold(hold_id)  # type: ignore[misc]
@@ -225,3 +231,15 @@ class AsyncClient(ApiCalls):
                 raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
             await asyncio.sleep(poll_s)
 
+    async def wait_until_allocated(
+        self, allocation_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
+    ) -> Allocation:
+        """Poll an allocation until it is no longer pending; TimeoutError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alloc = await self.get_allocation(allocation_id)  # type: ignore[misc]
+            if alloc.status != "pending":
+                return alloc
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"allocation {allocation_id} still pending after {timeout_s}s")
+            await asyncio.sleep(poll_s)

@@ -29,12 +29,16 @@ class Call:
     body: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
     idempotency_key: str | None = None
+    # The answer is a secret shown once (an API key, a node token): the server refuses an
+    # Idempotency-Key there (it would have to store the secret), and a retry could mint a
+    # second one, so such a call is sent once, without a key.
+    secret: bool = False
 
     @property
     def idempotent_post(self) -> bool:
         # GET, PUT and DELETE are idempotent by design; a POST gets an Idempotency-Key, so
         # every call is safe to retry.
-        return self.method == "POST"
+        return self.method == "POST" and not self.secret
 
 
 def _drop_none(**values: Any) -> dict[str, Any]:
@@ -185,12 +189,19 @@ class ApiCalls:
                 f"/v1/tenants/{tenant_id}/api-keys",
                 ApiKeyCreated.model_validate,
                 _drop_none(label=label),
+                secret=True,
             )
         )
 
     def create_node_token(self, *, label: str | None = None) -> Any:
         return self._send(
-            Call("POST", "/v1/node-tokens", ApiKeyCreated.model_validate, _drop_none(label=label))
+            Call(
+                "POST",
+                "/v1/node-tokens",
+                ApiKeyCreated.model_validate,
+                _drop_none(label=label),
+                secret=True,
+            )
         )
 
     def get_policy(self, tenant_id: str) -> Any:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
+from control_plane.schemas.tenants import TenantPolicy
 from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
@@ -85,22 +88,38 @@ def nodes(
 @admin_app.command("policy-set")
 def policy_set(
     tenant_id: str,
-    max_held_gpus: int = typer.Option(..., min=0),
-    max_idle_gpu_hours_per_day: float = typer.Option(8.0, min=0),
-    max_hold_ttl_s: int = typer.Option(3600, min=1),
-    allowed_warmup: list[str] | None = typer.Option(None, "--allowed-warmup"),
-    holds_may_preempt_holds: bool = typer.Option(False),
+    max_held_gpus: int | None = typer.Option(None, min=0),
+    max_idle_gpu_hours_per_day: float | None = typer.Option(None, min=0),
+    max_hold_ttl_s: int | None = typer.Option(None, min=1),
+    allowed_warmup: list[str] | None = typer.Option(
+        None, "--allowed-warmup", help="Allow only these warm-up profiles (repeat the option)."
+    ),
+    any_warmup: bool = typer.Option(False, "--any-warmup", help="Allow every warm-up profile."),
+    holds_may_preempt_holds: bool | None = typer.Option(
+        None, "--holds-may-preempt-holds/--no-holds-may-preempt-holds"
+    ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
 ) -> None:
-    """Set a tenant's server-side speculative budget."""
+    """Change a tenant's server-side speculative budget; limits not given keep their value."""
+    if allowed_warmup and any_warmup:
+        raise typer.BadParameter("give --allowed-warmup or --any-warmup, not both")
+    given: dict[str, Any] = {
+        "max_held_gpus": max_held_gpus,
+        "max_idle_gpu_hours_per_day": max_idle_gpu_hours_per_day,
+        "max_hold_ttl_s": max_hold_ttl_s,
+        "allowed_warmups": allowed_warmup or None,
+        "holds_may_preempt_holds": holds_may_preempt_holds,
+    }
+    changes = {k: v for k, v in given.items() if v is not None}
+    if any_warmup:
+        changes["allowed_warmups"] = None
+    if not changes:
+        raise typer.BadParameter("nothing to change: give at least one limit")
     with client(server, token) as c:
-        info = c.put_policy(
-            tenant_id,
-            max_held_gpus=max_held_gpus,
-            max_idle_gpu_hours_per_day=max_idle_gpu_hours_per_day,
-            max_hold_ttl_s=max_hold_ttl_s,
-            allowed_warmups=allowed_warmup or None,
-            holds_may_preempt_holds=holds_may_preempt_holds,
-        )
+        # The server takes the whole policy: start from what is in force, so that a limit
+        # left out is kept rather than reset to its default.
+        current = c.get_policy(tenant_id)
+        body = {name: getattr(current, name) for name in TenantPolicy.model_fields}
+        info = c.put_policy(tenant_id, **{**body, **changes})
     print(info.model_dump_json(indent=2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,22 +22,42 @@ REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
+@dataclass
+class Live:
+    tenant: dict[str, str]  # environment of the tenant's commands
+    admin: dict[str, str]  # environment of admin commands
+    tenant_id: str
+
+
 @pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+def live(tmp_path: Path) -> Iterator[Live]:
     db = Database(f"sqlite:///{tmp_path / 'cp.db'}")
     upgrade(db)
     settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False)
     with LiveServer(db, settings) as server:
         with Client(server.url, ADMIN_TOKEN) as admin:
-            admin._http.post("/v1/nodes", json={"name": "n1", "gpus": [
-                {"uuid": f"G{i}", "model": "A100", "memory_mb": 1} for i in range(4)]})
-        result = runner.invoke(app, ["admin", "tenant-create", "alice", "--quota", "2",
-                                     "--json"], env={"JITGPU_SERVER": server.url,
-                                                     "JITGPU_TOKEN": ADMIN_TOKEN})
+            admin._http.post(
+                "/v1/nodes",
+                json={
+                    "name": "n1",
+                    "gpus": [{"uuid": f"G{i}", "model": "A100", "memory_mb": 1} for i in range(4)],
+                },
+            )
+        admin_env = {"JITGPU_SERVER": server.url, "JITGPU_TOKEN": ADMIN_TOKEN}
+        result = runner.invoke(
+            app, ["admin", "tenant-create", "alice", "--quota", "2", "--json"], env=admin_env
+        )
         assert result.exit_code == 0, result.output
-        key = json.loads(result.output.strip().splitlines()[-1])["key"]
-        yield {"JITGPU_SERVER": server.url, "JITGPU_TOKEN": key}
+        lines = result.output.strip().splitlines()
+        key = json.loads(lines[-1])["key"]
+        tenant_id = json.loads("\n".join(lines[:-1]))["id"]
+        yield Live({"JITGPU_SERVER": server.url, "JITGPU_TOKEN": key}, admin_env, tenant_id)
     db.dispose()
+
+
+@pytest.fixture
+def env(live: Live) -> dict[str, str]:
+    return live.tenant
 
 
 def _json(args: list[str], env: dict[str, str]) -> object:
@@ -67,8 +88,9 @@ def test_refusals_are_one_line_with_the_code(env: dict[str, str]) -> None:
 
 
 def test_policy_check_prints_the_effective_policy_or_the_errors(tmp_path: Path) -> None:
-    good = runner.invoke(app, ["policy", "check", str(REPO / "configs" / "prewarm-policy.yaml"),
-                               "--json"])
+    good = runner.invoke(
+        app, ["policy", "check", str(REPO / "configs" / "prewarm-policy.yaml"), "--json"]
+    )
     assert good.exit_code == 0 and json.loads(good.output)["max_gpus_total"] == 16
     bad = tmp_path / "p.yaml"
     bad.write_text("min_confidence: 2\n")
@@ -78,16 +100,101 @@ def test_policy_check_prints_the_effective_policy_or_the_errors(tmp_path: Path) 
 
 def test_replay_prints_the_documented_json(tmp_path: Path) -> None:
     trace = REPO / "tests" / "data" / "helios_venus_slice.csv"
-    result = runner.invoke(app, ["replay", "--trace", str(trace), "--capacity", "968",
-                                 "--policy", "reactive", "--policy", "keepalive:600",
-                                 "--format", "json"])
+    result = runner.invoke(
+        app,
+        [
+            "replay",
+            "--trace",
+            str(trace),
+            "--capacity",
+            "968",
+            "--policy",
+            "reactive",
+            "--policy",
+            "keepalive:600",
+            "--format",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [r["policy"] for r in rows] == ["reactive", "keepalive:600"]
-    keys = {"jobs", "mean_time_to_gpu_s", "p50_time_to_gpu_s", "p95_time_to_gpu_s",
-            "warm_hit_rate", "busy_gpu_hours", "idle_gpu_hours", "idle_ratio"}
+    keys = {
+        "jobs",
+        "mean_time_to_gpu_s",
+        "p50_time_to_gpu_s",
+        "p95_time_to_gpu_s",
+        "warm_hit_rate",
+        "busy_gpu_hours",
+        "idle_gpu_hours",
+        "idle_ratio",
+    }
     assert keys <= set(rows[0]) and rows[0]["warm_hit_rate"] == 0.0
     assert rows[1]["mean_time_to_gpu_s"] < rows[0]["mean_time_to_gpu_s"]
-    bad = runner.invoke(app, ["replay", "--trace", str(trace), "--capacity", "8",
-                              "--policy", "nonsense"])
+    bad = runner.invoke(
+        app, ["replay", "--trace", str(trace), "--capacity", "8", "--policy", "nonsense"]
+    )
     assert bad.exit_code == 2 and "unknown policy" in bad.output
+
+
+def _policy(live: Live) -> dict:
+    return _json(["policy", "show"], live.tenant)["server"]  # type: ignore[index]
+
+
+def test_policy_set_changes_only_the_limits_given(live: Live) -> None:
+    first = runner.invoke(
+        app,
+        [
+            "admin",
+            "policy-set",
+            live.tenant_id,
+            "--max-held-gpus",
+            "3",
+            "--max-hold-ttl-s",
+            "1200",
+            "--allowed-warmup",
+            "quick",
+            "--holds-may-preempt-holds",
+        ],
+        env=live.admin,
+    )
+    assert first.exit_code == 0, first.output
+    after_first = _policy(live)
+    assert after_first["max_held_gpus"] == 3 and after_first["max_hold_ttl_s"] == 1200
+    assert after_first["allowed_warmups"] == ["quick"]
+    assert after_first["holds_may_preempt_holds"] is True
+    second = runner.invoke(
+        app,
+        ["admin", "policy-set", live.tenant_id, "--max-idle-gpu-hours-per-day", "2.5"],
+        env=live.admin,
+    )
+    assert second.exit_code == 0, second.output
+    assert json.loads(second.output)["max_idle_gpu_hours_per_day"] == 2.5
+    # What the second call did not name is what the first set, not the defaults.
+    assert _policy(live) == {**after_first, "max_idle_gpu_hours_per_day": 2.5}
+    third = runner.invoke(
+        app,
+        ["admin", "policy-set", live.tenant_id, "--any-warmup", "--no-holds-may-preempt-holds"],
+        env=live.admin,
+    )
+    assert third.exit_code == 0, third.output
+    final = _policy(live)
+    assert final["allowed_warmups"] is None and final["holds_may_preempt_holds"] is False
+    assert final["max_held_gpus"] == 3 and final["max_hold_ttl_s"] == 1200
+    nothing = runner.invoke(app, ["admin", "policy-set", live.tenant_id], env=live.admin)
+    assert nothing.exit_code == 2 and "nothing to change" in nothing.output
+
+
+def test_policy_show_prints_the_server_budget_and_the_local_policy(live: Live) -> None:
+    shown = _json(
+        ["policy", "show", "--file", str(REPO / "configs" / "prewarm-policy.yaml")], live.tenant
+    )
+    assert shown["server"]["tenant_id"] == live.tenant_id  # type: ignore[index]
+    assert shown["server"]["max_held_gpus"] == 8 and shown["server"]["held_gpus"] == 0  # type: ignore[index]
+    assert shown["local"]["max_gpus_total"] == 16  # type: ignore[index]
+    hold = _json(["hold", "create", "2", "--ttl", "600"], live.tenant)
+    assert _policy(live)["held_gpus"] == 2, hold
+    table = runner.invoke(app, ["policy", "show"], env=live.tenant)
+    assert table.exit_code == 0
+    assert "server-side policy of tenant alice" in table.output
+    assert "max_held_gpus: 8" in table.output and "held_gpus: 2" in table.output

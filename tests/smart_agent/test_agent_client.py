@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,61 @@ def test_unreachable_server_is_a_clear_error() -> None:
         pytest.raises(ConnectionFailed, match="cannot reach"),
     ):
         jg.list_holds()
+
+
+def test_both_clients_wait_for_a_queued_allocation(live: tuple[str, str]) -> None:
+    url, key = live
+    with Client(url, ADMIN_TOKEN) as admin:
+        bob = admin.create_tenant("bob", quota_gpus=4)
+        bob_key = admin.create_api_key(bob.id).key
+    with Client(url, bob_key) as other, Client(url, key) as jg:
+        taken = other.allocate(4)  # every GPU: alice's request queues
+        queued = jg.allocate(1)
+        assert queued.status == "pending"
+        with pytest.raises(TimeoutError, match="still pending"):
+            jg.wait_until_allocated(queued.id, timeout_s=0.2, poll_s=0.05)
+
+        async def wait_async() -> object:
+            async with AsyncClient(url, key) as ajg:
+                with pytest.raises(TimeoutError, match="still pending"):
+                    await ajg.wait_until_allocated(queued.id, timeout_s=0.2, poll_s=0.05)
+                other.release(taken.id)
+                return await ajg.wait_until_allocated(queued.id, timeout_s=10, poll_s=0.05)
+
+        done = asyncio.run(wait_async())
+        assert done.status == "allocated" and len(done.gpus) == 1  # type: ignore[attr-defined]
+        assert jg.wait_until_allocated(queued.id, timeout_s=1).id == queued.id
+
+
+def test_secrets_are_asked_for_once_and_without_an_idempotency_key(
+    live: tuple[str, str],
+) -> None:
+    url, _ = live
+    seen: list[httpx.Request] = []
+
+    def lossy(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503, json={"error": {"code": "x", "message": "lost"}})
+
+    with Client(url, ADMIN_TOKEN, retry=NO_WAIT, transport=httpx.MockTransport(lossy)) as admin:
+        for mint in (lambda: admin.create_api_key("tnt_x"), admin.create_node_token):
+            with pytest.raises(JitgpuError):
+                mint()
+    assert [r.url.path for r in seen] == ["/v1/tenants/tnt_x/api-keys", "/v1/node-tokens"]
+    assert not [r for r in seen if "idempotency-key" in r.headers]
+    with Client(url, ADMIN_TOKEN) as admin:  # and the real server accepts them so
+        assert admin.create_node_token(label="n").key
+
+
+def test_the_readmes_examples_run(live: tuple[str, str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Python client", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    url, key = live
+    for block in blocks:
+        code = block.replace('"http://127.0.0.1:8080"', repr(url))
+        exec(compile(code, "README.md", "exec"), {"token": key, "__name__": "readme"})
+    with Client(url, key) as jg:
+        assert {a.status.value for a in jg.list_allocations()} == {"released"}
+        assert len(jg.list_allocations()) == 3
