@@ -7,6 +7,7 @@ from control_plane.db.engine import Database
 from control_plane.jobs import leader
 from control_plane.jobs.registry import hold_lifecycle, liveness, retention
 from tests.control_plane.conftest import ADMIN, Api
+from tests.support.state import assignment_state
 
 
 def _status(api: Api, path: str, headers: dict) -> str:
@@ -228,3 +229,64 @@ def test_liveness_fails_a_hold_it_cannot_replace_and_says_why(
     assert failed["status"] == "failed"
     assert failed["reason"] == "node n1 went offline; no capacity to re-place it"
     assert all(g["assigned_to"] is None for g in api.http.get("/v1/gpus", headers=ADMIN).json())
+
+
+def _world(db: Database) -> dict[str, list[dict]]:
+    """Everything a job may change: assignment state, nodes, GPUs, events, idempotency keys."""
+    from sqlmodel import select
+
+    from control_plane.db.models import EventRow, GpuRow, IdempotencyRow, NodeRow
+
+    state = assignment_state(db)
+    with db.read() as session:
+        for table in (NodeRow, GpuRow, EventRow, IdempotencyRow):
+            rows = [row.model_dump() for row in session.exec(select(table)).all()]
+            state[table.__name__] = sorted(rows, key=lambda r: str(r.get("id", r.get("uuid"))))
+    return state
+
+
+def test_every_job_run_twice_at_the_same_now_changes_nothing_the_second_time(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    from control_plane.jobs.registry import JOBS
+
+    def post(kind: str, body: dict) -> str:
+        r = api.http.post(f"/v1/{kind}", json=body, headers=headers)
+        assert r.status_code in (201, 202), r.text
+        return r.json()["id"]
+
+    def status(kind: str, object_id: str) -> str:
+        return _status(api, f"/v1/{kind}/{object_id}", headers)
+
+    h100, a100 = {"gpu_model": "H100"}, {"gpu_model": "A100"}
+    api.node("n1", gpus=2, model="H100")
+    _, headers = api.tenant(quota=8)
+    moves = post("holds", {"gpu_count": 1, "ttl_s": 3600, **h100})  # re-placed when n1 dies
+    lost = post("allocations", {"gpu_count": 1, "use_holds": False, **h100})
+    api.clock.advance(10)
+    alive = [api.node("n2", gpus=4), api.node("n3", gpus=2, model="H100")]
+    expires = post("holds", {"gpu_count": 1, "ttl_s": 20, **h100})
+    leases = [post("allocations", {"gpu_count": 1, "lease_s": 20, **a100}) for _ in range(2)]
+    due = post("holds", {"gpu_count": 1, "ttl_s": 600, "start_in_s": 100, "lead_s": 80, **h100})
+    queued = post("allocations", {"gpu_count": 4, **a100})  # fits once the leases end
+    assert (status("holds", due), status("allocations", queued)) == ("requested", "pending")
+    api.clock.advance(15)
+    for node in alive:
+        api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json={}, headers=ADMIN)
+    if api.http.app.state.heartbeats is not None:
+        api.http.app.state.heartbeats.flush(db)
+    now = api.clock.advance(5)
+    # A short retention, so that the events before this pass are due for pruning.
+    settings = settings.model_copy(update={"retention_days": 20 / 86400})
+    for job in JOBS:
+        assert job.run(db, settings, now) > 0, f"{job.name} had nothing to do"
+        before = _world(db)
+        assert job.run(db, settings, now) == 0, f"{job.name} changed something again"
+        assert _world(db) == before, job.name
+    assert [status("holds", h) for h in (moves, expires, due)] == ["ready", "expired", "ready"]
+    assert [status("allocations", a) for a in (lost, *leases, queued)] == [
+        "lost",
+        "expired",
+        "expired",
+        "allocated",
+    ]
