@@ -83,7 +83,7 @@ def node(
     token: str | None = typer.Option(
         None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
     ),
-    name: str | None = typer.Option(None, "--name", help="Node name [default: host name]."),
+    name: str | None = typer.Option(None, "--name", help="Node name \\[default: host name]."),
     simulated_gpus: int | None = typer.Option(
         None,
         "--simulated-gpus",

@@ -113,3 +113,14 @@ def test_run_node_refuses_bad_settings_with_status_2(tmp_path: Path, capsys, mon
     bad.write_text("backend: gpu\n")
     assert run_node(server="http://127.0.0.1:1", token="t", config=bad) == 2
     assert "key 'backend'" in capsys.readouterr().err
+
+
+def test_node_help_shows_the_name_default_literally() -> None:
+    from typer.testing import CliRunner
+
+    from smart_agent.cli.main import app
+
+    result = CliRunner().invoke(app, ["node", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    # Rich reads square brackets as markup; the default must survive as text.
+    assert "Node name [default: host name]." in result.output
