@@ -154,7 +154,12 @@ def try_place_hold(
     gpus = placing.find_gpus(cluster, request)
     if gpus is None and tenant.holds_may_preempt_holds:
         found = placing.find_gpus_preempting(
-            session, cluster, request, max_confidence=hold.confidence, exclude_hold=hold.id
+            session,
+            cluster,
+            request,
+            max_confidence=hold.confidence,
+            exclude_hold=hold.id,
+            tenant_id=hold.tenant_id,
         )
         if found is not None:
             gpus, weaker = found

@@ -190,10 +190,21 @@ def find_gpus(cluster: Cluster, request: PlacementRequest) -> list[tuple[str, st
 
 
 def placed_hold_views(
-    session: Session, *, max_confidence: float | None = None, exclude_hold: str | None = None
+    session: Session,
+    *,
+    max_confidence: float | None = None,
+    exclude_hold: str | None = None,
+    tenant_id: str | None = None,
 ) -> tuple[list[HoldView], dict[str, HoldRow]]:
-    """Holds that sit on GPUs now: the candidates a real allocation may displace."""
+    """Holds that sit on GPUs now: the candidates a real allocation may displace.
+
+    `tenant_id` keeps only that tenant's holds: a hold may displace only its own tenant's
+    weaker holds, since confidence is self-declared and one tenant's guess must not evict
+    another's.
+    """
     query = select(HoldRow).where(col(HoldRow.status).in_(PLACED_HOLD_STATUSES))
+    if tenant_id is not None:
+        query = query.where(HoldRow.tenant_id == tenant_id)
     if max_confidence is not None:
         query = query.where(HoldRow.confidence < max_confidence)
     holds = {h.id: h for h in session.exec(query).all() if h.id != exclude_hold}
@@ -229,10 +240,12 @@ def find_gpus_preempting(
     *,
     max_confidence: float | None = None,
     exclude_hold: str | None = None,
+    tenant_id: str | None = None,
 ) -> tuple[list[tuple[str, str]], list[HoldRow]] | None:
-    """GPUs for `request` if displacing holds makes it fit, and the holds to displace."""
+    """GPUs for `request` if displacing holds (only `tenant_id`'s, when given) makes it fit,
+    and the holds to displace."""
     views, rows = placed_hold_views(
-        session, max_confidence=max_confidence, exclude_hold=exclude_hold
+        session, max_confidence=max_confidence, exclude_hold=exclude_hold, tenant_id=tenant_id
     )
     if not views:
         return None
