@@ -30,12 +30,17 @@ def run_pipeline(
     rounds: tuple[Round, ...] = ROUNDS,
     epoch_s: float = 2.5,
     pause_s: float = 4.0,
+    check: Callable[[], None] = lambda: None,
 ) -> list[float]:
-    """Play every round; returns when the last job has ended. Job start times, for the summary."""
+    """Play every round; returns when the last job has ended. Job start times, for the summary.
+
+    `check` runs before each step and may raise to stop the play (the demo's check that the
+    control plane, the nodes and the agent are still running)."""
     log = folder / "pipeline.log"
     starts = []
     with log.open("a", buffering=1) as out:
         for i, r in enumerate(rounds, 1):
+            check()
             say(f"round {i}: preprocessing")
             out.write(
                 f"[round {i}] loading raw shards from s3://datasets/raw (token "
@@ -47,6 +52,7 @@ def run_pipeline(
             out.write(f"[round {i}] preprocessing done\n")
             say(f"round {i}: preprocessing done; training ({r.gpus} GPUs) in {r.think_s:.0f}s")
             time.sleep(r.think_s)
+            check()
             say(f"round {i}: launching train.py --nproc_per_node {r.gpus}")
             starts.append(time.time())
             subprocess.run(

@@ -16,18 +16,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import IO
 
 import httpx
 import yaml
 
-from smart_agent.demo.pipeline import ROUNDS, run_pipeline
+from smart_agent.demo.pipeline import ROUNDS, TRAIN, Round, run_pipeline
 
 JITGPU = [sys.executable, "-m", "smart_agent.cli.main"]
 WARMUP_S = 6  # the simulated cold start: loading a model, staging data
 NODE_LINES = re.compile(r"warm-up|task|claimed|moved to")
+# The agent runs at info level so that its log says when it is up; the terminal shows its
+# event lines and warnings only.
+AGENT_LINES = re.compile(r"^(?!\S+ \S+ INFO )")
 COLOURS = {"user": "\033[35m", "agent": "\033[36m", "node": "\033[33m", "demo": "\033[1m"}
 
 
@@ -37,11 +40,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class DemoError(RuntimeError):
+    """A piece of the demo did not come up, or died: the message names the log to read."""
+
+
 class Demo:
     def __init__(self, folder: Path, *, colour: bool) -> None:
         self.folder = folder
         self.colour = colour
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.lock = threading.Lock()
         self.admin_token = secrets.token_urlsafe(24)
         self.url = f"http://127.0.0.1:{_free_port()}"
@@ -60,53 +67,71 @@ class Demo:
         *,
         env: dict[str, str] | None = None,
         keep: re.Pattern[str] | None = None,
-        log: str | None = None,
+        quiet: bool = False,
     ) -> subprocess.Popen:
-        out: IO[bytes] | int = subprocess.PIPE
-        if log is not None:
-            out = (self.folder / log).open("wb")
+        """Start a piece; all it prints goes to `<who>.log`, and (unless `quiet`) the lines
+        matching `keep` are shown as they come."""
+        log = self.folder / f"{who}.log"
         proc = subprocess.Popen(
             args,
-            stdout=out,
+            stdout=log.open("wb") if quiet else subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             start_new_session=True,
         )
-        self.procs.append(proc)
-        if log is None:
-            threading.Thread(target=self._relay, args=(proc, who, keep), daemon=True).start()
+        self.procs.append((who, proc, log))
+        if not quiet:
+            threading.Thread(target=self._relay, args=(proc, who, keep, log), daemon=True).start()
         return proc
 
-    def _relay(self, proc: subprocess.Popen[bytes], who: str, keep: re.Pattern[str] | None) -> None:
+    def _relay(
+        self, proc: subprocess.Popen[bytes], who: str, keep: re.Pattern[str] | None, log: Path
+    ) -> None:
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            if line and (keep is None or keep.search(line)):
-                # Drop the child's own timestamp and level: the demo prints its own.
-                line = re.sub(r"^\S+ \S+ (INFO|WARNING|ERROR) \S+: ", "", line)
-                line = re.sub(r"^\d\d:\d\d:\d\d ", "", line)
-                self.say(who, line)
+        with log.open("wb") as out:
+            for raw in proc.stdout:
+                out.write(raw)
+                out.flush()
+                line = raw.decode(errors="replace").rstrip()
+                if line and (keep is None or keep.search(line)):
+                    # Drop the child's own timestamp and level: the demo prints its own.
+                    line = re.sub(r"^\S+ \S+ (INFO|WARNING|ERROR) \S+: ", "", line)
+                    line = re.sub(r"^\d\d:\d\d:\d\d ", "", line)
+                    self.say(who, line)
+
+    def check_alive(self) -> None:
+        """Every piece is still running, or DemoError naming the one that stopped."""
+        for who, proc, log in self.procs:
+            code = proc.poll()
+            if code is not None:
+                raise DemoError(f"the {who} exited with status {code}; read {log}")
+
+    def wait_until(
+        self, check: Callable[[], object], *, timeout: float, what: str, log: str
+    ) -> None:
+        """Poll `check` until it is true; DemoError naming `log` after `timeout` seconds or
+        as soon as a piece dies."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check_alive()
+            try:
+                if check():
+                    return
+            except (httpx.HTTPError, OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                raise DemoError(f"{what} within {timeout:.0f}s; read {self.folder / log}")
+            time.sleep(0.2)
 
     def stop_all(self) -> None:
-        for proc in reversed(self.procs):
+        for _, proc, _ in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.procs):
+        for _, proc, _ in reversed(self.procs):
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the control plane did not start; see {self.folder / 'server.log'}")
 
 
 def _configs(demo: Demo, key_env: str) -> Path:
@@ -127,7 +152,19 @@ def _configs(demo: Demo, key_env: str) -> Path:
         "warmup": {"default": "demo"},
     }
     if llm:
-        policy["llm"] = {"model": llm, "calls_per_hour": 60, "usd_per_day": 0.5}
+        policy["llm"] = {
+            "model": llm,
+            "calls_per_hour": 60,
+            "usd_per_day": 0.5,
+            **{
+                key: os.environ[var]
+                for key, var in (
+                    ("api_base", "JITGPU_LLM_API_BASE"),
+                    ("api_key_env", "JITGPU_LLM_KEY_ENV"),
+                )
+                if os.environ.get(var)
+            },
+        }
     (folder / "prewarm-policy.yaml").write_text(yaml.safe_dump(policy))
     agent = {
         "server": demo.url,
@@ -140,7 +177,8 @@ def _configs(demo: Demo, key_env: str) -> Path:
         "allocate_on_miss": True,
         "cancel_on_exit": True,
         "watch": [{"path": str(folder / "logs"), "include": ["*.log"], "parser": "plain"}],
-        "processes": {"patterns": [r"train\.py"], "interval_s": 0.5},
+        # The demo's own train.py only: another train.py of this user is not the demo's job.
+        "processes": {"patterns": [re.escape(str(TRAIN))], "interval_s": 0.5},
     }
     (folder / "agent.yaml").write_text(yaml.safe_dump(agent))
     node = {
@@ -189,34 +227,82 @@ def _summary(demo: Demo) -> None:
     )
 
 
-def run_demo(keep: bool = False) -> int:
-    folder = Path(tempfile.mkdtemp(prefix="jitgpu-demo-"))
+def run_demo(
+    keep: bool = False,
+    *,
+    rounds: tuple[Round, ...] = ROUNDS,
+    folder: Path | None = None,
+    epoch_s: float = 2.5,
+    pause_s: float = 4.0,
+    settle_s: float = 3.0,
+    start_timeout_s: float = 60.0,
+) -> int:
+    """Run the demo; 0 when it ran to the end, 1 when a piece failed (its log is named and
+    the working folder kept), 130 on Ctrl-C. `rounds` and the timings let a test run it short."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="jitgpu-demo-"))
     demo = Demo(folder, colour=sys.stdout.isatty())
     demo.say("demo", f"working folder {folder}")
+    failed = False
     try:
-        port = demo.url.rsplit(":", 1)[1]
-        demo.spawn(
-            [
-                *JITGPU,
-                "server",
-                "--port",
-                port,
-                "--database-url",
-                f"sqlite:///{folder / 'jitgpu.db'}",
-            ],
-            "server",
-            log="server.log",
-            env={
-                "JITGPU_ADMIN_TOKEN": demo.admin_token,
-                "JITGPU_JOBS_INTERVAL_S": "1",
-                "JITGPU_LOG_FORMAT": "text",
-            },
+        _run(
+            demo,
+            rounds,
+            epoch_s=epoch_s,
+            pause_s=pause_s,
+            settle_s=settle_s,
+            start_timeout_s=start_timeout_s,
         )
-        demo.wait_ready()
-        demo.say("demo", f"control plane ready on {demo.url} (SQLite)")
-        admin = httpx.Client(
-            base_url=demo.url, timeout=10, headers={"Authorization": f"Bearer {demo.admin_token}"}
-        )
+    except DemoError as exc:
+        demo.say("demo", f"error: {exc}")
+        failed = True
+    except KeyboardInterrupt:
+        demo.say("demo", "interrupted")
+        return 130
+    finally:
+        demo.stop_all()
+    if failed:
+        demo.say("demo", f"working folder kept for reading: {folder}")
+        return 1
+    log = _keep_log(folder, keep)
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
+    if log is not None:
+        demo.say("demo", f"review: jitgpu predictions score --log {log}")
+        demo.say("demo", f"        jitgpu predictions report --log {log} --out report.html")
+    return 0
+
+
+def _run(
+    demo: Demo,
+    rounds: tuple[Round, ...],
+    *,
+    epoch_s: float,
+    pause_s: float,
+    settle_s: float,
+    start_timeout_s: float,
+) -> None:
+    folder = demo.folder
+    port = demo.url.rsplit(":", 1)[1]
+    demo.spawn(
+        [*JITGPU, "server", "--port", port, "--database-url", f"sqlite:///{folder / 'jitgpu.db'}"],
+        "server",
+        quiet=True,
+        env={
+            "JITGPU_ADMIN_TOKEN": demo.admin_token,
+            "JITGPU_JOBS_INTERVAL_S": "1",
+            "JITGPU_LOG_FORMAT": "text",
+        },
+    )
+    demo.wait_until(
+        lambda: httpx.get(f"{demo.url}/readyz", timeout=2).status_code == 200,
+        timeout=start_timeout_s,
+        what="the control plane did not answer",
+        log="server.log",
+    )
+    demo.say("demo", f"control plane ready on {demo.url} (SQLite)")
+    with httpx.Client(
+        base_url=demo.url, timeout=10, headers={"Authorization": f"Bearer {demo.admin_token}"}
+    ) as admin:
         tenant = admin.post("/v1/tenants", json={"name": "alice", "quota_gpus": 8}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
         node_token = admin.post("/v1/node-tokens").json()["key"]
@@ -243,35 +329,41 @@ def run_demo(keep: bool = False) -> int:
                 env={"JITGPU_NODE_TOKEN": node_token},
                 keep=NODE_LINES,
             )
-        while len(admin.get("/v1/gpus").json()) < 8:
-            time.sleep(0.2)
-        demo.say(
-            "demo",
-            "two node agents online with 4 simulated A100 each "
-            f"(warm-up profile 'demo': {WARMUP_S}s cold start)",
+        demo.wait_until(
+            lambda: len(admin.get("/v1/gpus").json()) >= 8,
+            timeout=start_timeout_s,
+            what="the two node agents did not register their 8 simulated GPUs",
+            log="node-1.log",
         )
-        demo.spawn(
-            [*JITGPU, "agent", "run", "--config", str(agent_config), "--log-level", "warning"],
-            "agent",
-            env={"JITGPU_DEMO_TOKEN": key},
-        )
-        time.sleep(2)
-        run_pipeline(folder / "logs", lambda text: demo.say("user", text), rounds=ROUNDS)
-        time.sleep(3)
-        _summary(demo)
-        admin.close()
-    except KeyboardInterrupt:
-        demo.say("demo", "interrupted")
-        return 130
-    finally:
-        demo.stop_all()
-        log = _keep_log(folder, keep)
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
-    if log is not None:
-        demo.say("demo", f"review: jitgpu predictions score --log {log}")
-        demo.say("demo", f"        jitgpu predictions report --log {log} --out report.html")
-    return 0
+    demo.say(
+        "demo",
+        "two node agents online with 4 simulated A100 each "
+        f"(warm-up profile 'demo': {WARMUP_S}s cold start)",
+    )
+    agent_log = folder / "agent.log"
+    demo.spawn(
+        [*JITGPU, "agent", "run", "--config", str(agent_config), "--log-level", "info"],
+        "agent",
+        env={"JITGPU_DEMO_TOKEN": key},
+        keep=AGENT_LINES,
+    )
+    demo.wait_until(
+        lambda: "jitgpu.agent: agent for " in agent_log.read_text(errors="replace"),
+        timeout=start_timeout_s,
+        what="the smart agent did not start",
+        log="agent.log",
+    )
+    run_pipeline(
+        folder / "logs",
+        lambda text: demo.say("user", text),
+        rounds=rounds,
+        epoch_s=epoch_s,
+        pause_s=pause_s,
+        check=demo.check_alive,
+    )
+    time.sleep(settle_s)  # the agent sees the last job end and learns the last outcomes
+    demo.check_alive()
+    _summary(demo)
 
 
 def _keep_log(folder: Path, keep: bool) -> Path | None:
