@@ -102,25 +102,24 @@ NonEmptyLabel = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LEN), *PL
 # Text a node reports from a process or a driver: unsafe characters are replaced, not refused.
 ReportedText = Annotated[str, Field(max_length=MAX_TEXT_LEN), SCRUB]
 
-# Wide enough for any schedule (and for history), narrow enough that no conversion of a
-# zone offset can overflow Python's datetime range (years 1 to 9999).
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+# Wide enough for any schedule (and for history). Bounding the year as written, before any
+# zone offset applies, keeps every conversion inside Python's datetime range (years 1 to
+# 9999), and the schema states the same bound.
+FIRST_YEAR = 1970
+LAST_YEAR = 2199
+YEAR_PATTERN = r"^(19[7-9][0-9]|2[01][0-9]{2})-"
 
 
 def _as_utc(value: datetime) -> datetime:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
+        raise ValueError(f"the year must be from {FIRST_YEAR} to {LAST_YEAR}")
     # Naive timestamps are taken as UTC: the API never guesses a local zone.
-    bounds = f"must be between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC)"
-    try:
-        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    except OverflowError:  # year 1 at +14:00 or 9999 at -14:00: outside every bound
-        raise ValueError(bounds) from None
-    if not EARLIEST <= utc <= LATEST:
-        raise ValueError(bounds)
-    return utc
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
-UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc), SchemaPattern(YEAR_PATTERN)]
 
 
 class WireModel(BaseModel):
