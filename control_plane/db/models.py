@@ -54,6 +54,9 @@ class NodeRow(SQLModel, table=True):
     registered_at: float
     last_heartbeat_at: float | None = None
     agent_version: str | None = None
+    # When an administrator drained the node (None: not drained). It stays draining, whatever
+    # its heartbeats say, until undrained.
+    drain_requested_at: float | None = None
     # Latest heartbeat's telemetry (host and per GPU), one JSON document so that a heartbeat
     # is a single-row update.
     telemetry_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

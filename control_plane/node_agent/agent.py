@@ -26,6 +26,7 @@ from control_plane.node_agent.local import HOLD_WARMUP, Report
 from control_plane.node_agent.procs import ChildRegistry
 from control_plane.node_agent.reconcile import Work
 from control_plane.node_agent.telemetry import HostProbe, gpu_telemetry
+from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import GpuSpec, Heartbeat, NodeRegister, WarmupReport
 
 log = logging.getLogger("jitgpu.node")
@@ -163,9 +164,20 @@ class Agent:
             self.register()
             reply = self.client.heartbeat(self.node_id, body)
         if reply.status.value != self.status:
-            log.info("control plane reports this node %s", reply.status.value)
+            if reply.status == NodeStatus.DRAINING and not body.draining:
+                log.info(
+                    "the control plane drains this node: nothing new will be placed here; "
+                    "holds and tasks already here go on"
+                )
+            else:
+                log.info("control plane reports this node %s", reply.status.value)
             self.status = reply.status.value
         self.work.apply(reply.assignments)
+
+    @property
+    def drained(self) -> bool:
+        """Whether the control plane has this node draining (by its own drain or an admin's)."""
+        return self.status == NodeStatus.DRAINING.value
 
     def flush(self) -> None:
         """Send every due report; raises Unreachable (the rest wait for the next round)."""

@@ -25,6 +25,8 @@ from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
 from control_plane.services.ids import new_id
 
+ADMIN_DRAIN = "drained by an administrator"
+
 
 def _node_or_404(session: Session, node_id: str) -> NodeRow:
     node = session.get(NodeRow, node_id)
@@ -65,10 +67,54 @@ def register(db: Database, *, body: NodeRegister, now: float) -> Node:
         node.last_heartbeat_at = now
         session.flush()
         _sync_gpus(session, node, body, now)
-        if node.status != NodeStatus.ONLINE.value:
-            lifecycle.move_node(session, node, NodeStatus.ONLINE, now=now, reason="registration")
+        drained = node.drain_requested_at is not None
+        wanted = NodeStatus.DRAINING if drained else NodeStatus.ONLINE
+        if node.status != wanted.value:
+            reason = ADMIN_DRAIN if drained else "registration"
+            _move(session, node, wanted, now=now, reason=reason, back_by="registration")
         session.flush()
         return _node_views(session, [node])[0]
+
+
+def set_drain(db: Database, *, node_id: str, drain: bool, now: float) -> Node:
+    """An administrator drains a node (nothing new is placed on it; what runs there goes on)
+    or undrains it. Idempotent; a node that is offline takes the state when it comes back."""
+    with db.write(placement=True) as session:
+        node = _node_or_404(session, node_id)
+        if drain:
+            if node.drain_requested_at is None:
+                node.drain_requested_at = now
+            if node.status == NodeStatus.ONLINE.value:
+                _move(session, node, NodeStatus.DRAINING, now=now, reason=ADMIN_DRAIN)
+        else:
+            node.drain_requested_at = None
+            if node.status == NodeStatus.DRAINING.value:
+                _move(
+                    session,
+                    node,
+                    NodeStatus.ONLINE,
+                    now=now,
+                    reason="undrained by an administrator",
+                )
+        session.flush()
+        return _node_views(session, [node])[0]
+
+
+def _move(
+    session: Session,
+    node: NodeRow,
+    status: NodeStatus,
+    *,
+    now: float,
+    reason: str,
+    back_by: str = "heartbeat",
+) -> None:
+    """Move the node to `status`; `back_by` says what brought an offline node back."""
+    if status == NodeStatus.DRAINING and node.status != NodeStatus.ONLINE.value:
+        # Only an online node starts draining: a drained node that comes back from offline
+        # (or registers again) is online for a moment, which the events show.
+        lifecycle.move_node(session, node, NodeStatus.ONLINE, now=now, reason=back_by)
+    lifecycle.move_node(session, node, status, now=now, reason=reason)
 
 
 def _sync_gpus(session: Session, node: NodeRow, body: NodeRegister, now: float) -> None:
@@ -169,11 +215,11 @@ def _telemetry_json(body: Heartbeat) -> str:
 
 
 def _wanted_status(node: NodeRow, body: Heartbeat) -> NodeStatus | None:
-    if body.draining and node.status == NodeStatus.ONLINE.value:
-        return NodeStatus.DRAINING
-    if not body.draining and node.status != NodeStatus.ONLINE.value:
-        return NodeStatus.ONLINE
-    return None
+    """The status a heartbeat proves (None: the node has it already): draining while its
+    agent or an administrator drains it, else online."""
+    drained = body.draining or node.drain_requested_at is not None
+    wanted = NodeStatus.DRAINING if drained else NodeStatus.ONLINE
+    return None if node.status == wanted.value else wanted
 
 
 def _state_changes(session: Session, node: NodeRow, body: Heartbeat) -> bool:
@@ -211,13 +257,11 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
     evacuate.unhealthy_gpus(session, sick, now=now)
     wanted = _wanted_status(node, body)
     if wanted is not None:
-        lifecycle.move_node(
-            session,
-            node,
-            wanted,
-            now=now,
-            reason="agent drain" if wanted == NodeStatus.DRAINING else "heartbeat",
-        )
+        if wanted != NodeStatus.DRAINING:
+            reason = "heartbeat"
+        else:
+            reason = "agent drain" if body.draining else ADMIN_DRAIN
+        _move(session, node, wanted, now=now, reason=reason)
 
 
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from control_plane.jobs.registry import liveness
-from tests.node_agent.conftest import AgentFactory, ControlPlaneApp
+from tests.node_agent.conftest import ADMIN, AgentFactory, ControlPlaneApp
 from tests.support.state import assignment_state
 
 
@@ -62,3 +62,25 @@ def test_an_agent_that_lost_its_local_work_changes_nothing_by_heartbeating(
         agent.flush()
     assert assignment_state(cp.http.app.state.db) == before
     assert set(agent.work.holds) == {hold["id"]} and len(agent.work.allocations) == 1
+
+
+def test_a_drain_from_the_control_plane_reaches_the_agent_and_keeps_its_work(
+    cp: ControlPlaneApp, make_agent: AgentFactory
+) -> None:
+    agent = make_agent("node-1", gpus=2)
+    agent.round()
+    hold = cp.hold(gpu_count=1)
+    agent.round()
+    node_id = agent.node_id
+    r = cp.http.post(f"/v1/nodes/{node_id}/drain", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    for _ in range(2):  # its own heartbeats (not draining) leave the drain in place
+        cp.clock.advance(1)
+        assert agent.round() == agent.cfg.heartbeat_interval_s
+        assert agent.drained and cp.node("node-1")["status"] == "draining"
+    assert set(agent.work.holds) == {hold["id"]}  # what it holds goes on
+    r = cp.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 600}, headers=cp.tenant)
+    assert r.json()["status"] == "requested"  # nothing new is placed here
+    cp.http.post(f"/v1/nodes/{node_id}/undrain", headers=ADMIN)
+    agent.round()
+    assert not agent.drained and agent.status == "online"

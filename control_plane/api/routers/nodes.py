@@ -99,6 +99,27 @@ def report_allocation_warmup(
     return result
 
 
+@router.post("/nodes/{node_id}/drain", response_model=Node)
+def drain_node(
+    node_id: IdPath,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(admin),
+) -> Node:
+    """Nothing new is placed on the node; its holds and allocations go on. Idempotent."""
+    return nodes.set_drain(db, node_id=node_id, drain=True, now=clock())
+
+
+@router.post("/nodes/{node_id}/undrain", response_model=Node)
+def undrain_node(
+    node_id: IdPath,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(admin),
+) -> Node:
+    return nodes.set_drain(db, node_id=node_id, drain=False, now=clock())
+
+
 @router.get("/nodes", response_model=list[Node])
 def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) -> list[Node]:
     return nodes.list_nodes(db)
