@@ -28,6 +28,9 @@ from smart_agent.yamlconf import ConfigError, load_model
 log = logging.getLogger("jitgpu.agent")
 
 CYCLE, RECONCILE, STOP = "cycle", "reconcile", "stop"
+# How long a stop waits for the step in hand; configs/jitgpu-agent.service gives systemd a
+# TimeoutStopSec well above it, so that the holds are cancelled before any SIGKILL.
+STOP_JOIN_S = 30.0
 
 
 class PolicyFile:
@@ -158,7 +161,7 @@ class Runner:
         self._scheduler.shutdown(wait=False)
         self.sources.stop()
         self._queue.put(_Tick(STOP))
-        self._worker.join(timeout=30)
+        self._worker.join(timeout=STOP_JOIN_S)
         if self.config.cancel_on_exit if cancel_holds is None else cancel_holds:
             n = self.agent.cancel_all()
             log.info("cancelled %d hold(s) on exit", n)

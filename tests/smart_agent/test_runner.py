@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +14,9 @@ import pytest
 import yaml
 
 from smart_agent.config import AgentConfig
-from smart_agent.runner import Runner
+from smart_agent.runner import STOP_JOIN_S, Runner
 from tests.smart_agent.agent_world import USER, World, feed_history
-from tests.support.procs import wait_for
+from tests.support.procs import REPO, wait_for
 
 BASE = {
     "predictors": ["burst"],
@@ -124,3 +125,11 @@ def test_policy_edits_apply_in_a_running_agent(
         timeout=20,
         what="a cycle with the new predictor",
     )
+
+
+def test_systemd_waits_for_the_agent_to_cancel_its_holds() -> None:
+    """SIGTERM, then the worker's join, then the cancellations: all before systemd's SIGKILL."""
+    for unit in sorted((REPO / "configs").glob("*.service")):
+        stop = re.search(r"^TimeoutStopSec=(\d+)$", unit.read_text(), re.M)
+        assert stop is not None, unit
+        assert int(stop.group(1)) >= STOP_JOIN_S + 60, unit
