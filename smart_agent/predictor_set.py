@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -81,9 +80,17 @@ class PredictorSet:
                 members.append(Recorded(self._llm(policy, on_llm_outcome, llm_kwargs or {})))
             else:
                 members.append(Recorded(_statistical(name)))
+        # The LLM never runs alone: a failed call (timeout, 429, budget spent) falls back to a
+        # statistical predictor, and the LLM is scored against one.
+        self.fallback: Recorded | None = None
+        if all(m.expensive for m in members):
+            self.fallback = Recorded(_statistical(BASELINE))
+            if policy.ensemble != "off":
+                members.append(self.fallback)
         self.members = members
         names = [m.name for m in members]
-        baseline = BASELINE if BASELINE in names else names[0]
+        cheap = [m.name for m in members if not m.expensive]
+        baseline = BASELINE if BASELINE in cheap else (cheap or names)[0]
         self.ensemble = (
             None
             if policy.ensemble == "off"
@@ -96,7 +103,6 @@ class PredictorSet:
     ) -> Any:
         from predictors.llm import LlmPredictor  # litellm is heavy: load it only when used
 
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         assert policy.llm is not None  # the policy validator guarantees it
         return LlmPredictor(
             policy.llm.llm_config(), on_outcome=on_outcome, completion_kwargs=kwargs
@@ -113,13 +119,23 @@ class PredictorSet:
                 out.extend(member.predict(context, now))
             except Exception:  # one member must not stop the others
                 member.last = []
+        fallback = self.fallback
+        if fallback is not None and fallback not in self.members:
+            fallback.forget()
+            if all(m.last_failed for m in self.members):
+                out.extend(fallback.predict(context, now))
         return out
+
+    def _everyone(self) -> list[Recorded]:
+        fallback = self.fallback
+        extra = [fallback] if fallback is not None and fallback not in self.members else []
+        return [*self.members, *extra]
 
     def unheard(self) -> set[str]:
         """Members that gave no usable answer on the last call: they failed (an error, a
         rate cap, the day's budget spent) or were not asked. Their silence is no evidence."""
-        return {m.name for m in self.members if not m.asked or m.last_failed}
+        return {m.name for m in self._everyone() if not m.asked or m.last_failed}
 
     def shadow(self) -> dict[str, list[Forecast]]:
         """Each member's forecasts of the last call, acted on or not."""
-        return {m.name: m.last for m in self.members}
+        return {m.name: m.last for m in self._everyone()}

@@ -178,9 +178,40 @@ def test_a_failed_predictor_cancels_nothing(world: World, failure: str) -> None:
     if failure == "bad answer":
         llm.completion_kwargs["mock_response"] = "I cannot answer in JSON today"
     report = agent.cycle(trigger="timer")
-    assert llm.last_failed and report.forecasts == []
+    # The LLM said nothing (the statistical fallback may have spoken for it).
+    assert llm.last_failed and [f for f in report.forecasts if f.predictor == "llm"] == []
     assert report.cancelled == []
     assert world.client.get_hold(hold_id).status.value != "cancelled"
+
+
+@pytest.mark.parametrize("ensemble", ["weighted", "off"])
+def test_the_llm_never_runs_alone(world: World, ensemble: str) -> None:
+    policy = POLICY.model_copy(
+        update={
+            "predictors": ["llm"],
+            "ensemble": ensemble,
+            "llm": LlmPolicy(model="openai/gpt-4o-mini"),
+        }
+    )
+    predictors = PredictorSet(policy, llm_kwargs={"mock_response": "no JSON today"})
+    assert predictors.fallback is not None and predictors.fallback.name == "burst"
+    if ensemble == "weighted":
+        # Scored against the statistical baseline, which the ensemble falls back to.
+        assert predictors.ensemble is not None and predictors.ensemble.baseline == "burst"
+    agent = world.agent(policy, predictors=predictors)
+    feed_history(agent, world.clock)
+    failed = agent.cycle(trigger="timer")
+    assert {f.predictor for f in failed.forecasts} == {"burst"} and failed.holds
+    # An LLM that answers is used; in the union the fallback is then not even asked.
+    predictors.members[0].inner.completion_kwargs["mock_response"] = json.dumps(
+        {"forecasts": [LATER]}
+    )
+    world.clock.advance(600)
+    answered = agent.cycle(trigger="timer")
+    assert "llm" in {f.predictor for f in answered.forecasts}
+    if ensemble == "off":
+        assert {f.predictor for f in answered.forecasts} == {"llm"}
+        assert "burst" in predictors.unheard()  # so its silence cancels none of its holds
 
 
 # --- the GPU model on the wire -----------------------------------------------------------
