@@ -66,6 +66,7 @@ class GpuBackend(Protocol):
     def close(self) -> None: ...
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9 _.-]+")
 _VENDOR_WORDS = {"nvidia", "tesla", "geforce", "quadro"}
 # Words after the model proper: memory size, form factor, memory type, variants.
 _TAIL_WORD = re.compile(r"^(\d+\s*gb|sxm\d*|pcie|hbm\d*e?|nvl|mig|max-q|\d+gb-?\w*)$", re.I)
@@ -79,7 +80,10 @@ def short_model(name: str, aliases: dict[str, str] | None = None) -> str:
     """
     if aliases and name in aliases:
         return aliases[name]
-    words = [w for w in re.split(r"[\s-]+", name.strip()) if w]
+    # The control plane takes letters, digits, space, "_", "." and "-" only: a driver name
+    # with anything else ("(16GB)", a trademark sign) must not stop the node registering.
+    cleaned = " ".join(_UNSAFE.sub(" ", name).split())
+    words = [w for w in re.split(r"[\s-]+", cleaned) if w]
     while words and words[0].lower() in _VENDOR_WORDS:
         words.pop(0)
     kept: list[str] = []
@@ -87,5 +91,5 @@ def short_model(name: str, aliases: dict[str, str] | None = None) -> str:
         if kept and _TAIL_WORD.match(word):
             break
         kept.append(word)
-    short = " ".join(kept) or name.strip() or "unknown"
-    return short[:64]
+    short = (" ".join(kept) or cleaned)[:64].strip(" -_.")
+    return short or "unknown"

@@ -80,6 +80,8 @@ def test_file_then_environment_then_command_line(tmp_path: Path) -> None:
         ),
         ("warmup_profiles: {x: [{stage: /a, dest: ../up}]}\n", ["dest", "without '..'"]),
         ("name: 'has space'\n", ["key 'name'", "pattern"]),
+        ("model_aliases: {'NVIDIA X': 'X (big)'}\n", ["key 'model_aliases.NVIDIA X'", "pattern"]),
+        ("simulated: {model: 'A100;'}\n", ["key 'simulated.model'", "pattern"]),
     ],
 )
 def test_errors_name_the_file_key_value_and_rule(

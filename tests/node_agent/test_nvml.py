@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pynvml
 import pytest
@@ -14,6 +15,7 @@ from control_plane.node_agent.gpus import short_model
 from control_plane.node_agent.nvml import LOST_REASON, NvmlBackend, NvmlUnavailable
 from control_plane.node_agent.simulated import SimulatedBackend
 from control_plane.node_agent.telemetry import gpu_telemetry
+from control_plane.schemas.common import GPU_MODEL_PATTERN
 from tests.node_agent.fake_nvml import FakeGpu, FakeNvml, two_gpus
 
 
@@ -176,7 +178,12 @@ def test_discover_prints_json(nvml: FakeNvml, capsys) -> None:  # type: ignore[n
         ("NVIDIA L40S", "L40S"),
         ("NVIDIA H200 NVL", "H200"),
         ("NVIDIA RTX A6000", "RTX A6000"),
+        # Whatever the driver says, the name is one the control plane accepts.
+        ("NVIDIA GeForce RTX 4060 Ti (16GB)", "RTX 4060 Ti"),
+        ("NVIDIA Tesla\u00ae T4", "T4"),
+        ("NVIDIA \u00a9", "NVIDIA"),
     ],
 )
 def test_short_model_names(name: str, short: str) -> None:
     assert short_model(name) == short
+    assert re.fullmatch(GPU_MODEL_PATTERN, short)
