@@ -17,6 +17,8 @@ class TenantRow(SQLModel, table=True):
     name: str = Field(unique=True)
     quota_gpus: int
     burst_gpus: int = 0
+    # Share of quota_gpus guaranteed to online allocations, the rest to batch; None: no split.
+    online_share: float | None = None
     weight: float = 1.0
     created_at: float
     # Server-side pre-warm policy (the speculative budget), enforced on every hold.

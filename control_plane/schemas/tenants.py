@@ -26,12 +26,26 @@ class TenantCreate(WireModel):
         le=MAX_QUOTA_GPUS,
         description="GPUs above the quota when idle ones exist.",
     )
+    online_share: float | None = Field(
+        strict=True,
+        default=None,
+        ge=0,
+        le=1,
+        description=(
+            "Share of quota_gpus guaranteed to online allocations, the rest to batch (largest "
+            "remainder: no GPU stranded); a class may borrow the other's idle share, and gives "
+            "it back by queueing the other class's requests until it does. null: no split."
+        ),
+    )
     weight: float = Field(strict=True, default=1.0, gt=0, le=1000, description="Fair-share weight.")
 
 
 class TenantUpdate(WireModel):
     quota_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
     burst_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
+    online_share: float | None = Field(
+        strict=True, default=None, ge=0, le=1, description="An explicit null removes the split."
+    )
     weight: float | None = Field(strict=True, default=None, gt=0, le=1000)
 
 
@@ -40,6 +54,7 @@ class Tenant(BaseModel):
     name: str
     quota_gpus: int
     burst_gpus: int
+    online_share: float | None = None
     weight: float
     created_at: datetime
 

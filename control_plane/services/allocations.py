@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, TenantRow
@@ -13,7 +14,7 @@ from control_plane.scheduling.fairshare import (
     fair_share_factors,
     order_pending,
 )
-from control_plane.scheduling.quotas import TenantQuota, TenantUsage, check_quota
+from control_plane.scheduling.quotas import QuotaVerdict, TenantQuota, TenantUsage, check_quota
 from control_plane.schemas.allocations import Allocation, AllocationCreate, HoldClaim
 from control_plane.schemas.enums import (
     ACTIVE_ALLOCATION_STATUSES,
@@ -52,16 +53,30 @@ def _usage(session: Session, tenant_id: str) -> TenantUsage:
     )
 
 
-def _admit(session: Session, tenant: TenantRow, body: AllocationCreate | AllocationRow) -> None:
-    """Refuse at once (429) what would take the tenant over its quota plus burst."""
-    decision = check_quota(
-        TenantQuota(quota_gpus=tenant.quota_gpus, burst_gpus=tenant.burst_gpus),
-        _usage(session, tenant.id),
-        body.gpu_count,
-        JobClass(body.job_class),
+def _quota(tenant: TenantRow) -> TenantQuota:
+    return TenantQuota(
+        quota_gpus=tenant.quota_gpus,
+        burst_gpus=tenant.burst_gpus,
+        online_share=tenant.online_share,
     )
+
+
+def _admit(
+    session: Session, tenant: TenantRow, body: AllocationCreate | AllocationRow
+) -> str | None:
+    """Refuse at once (429) what would take the tenant over its quota plus burst.
+
+    Returns None when admitted, or the reason to queue: a class asking within its own
+    guarantee waits for the GPUs the other class borrowed from it.
+    """
+    decision = check_quota(
+        _quota(tenant), _usage(session, tenant.id), body.gpu_count, JobClass(body.job_class)
+    )
+    if decision.verdict == QuotaVerdict.QUEUE:
+        return decision.reason
     if not decision.admitted:
         raise QuotaExceeded(decision.reason, field="gpu_count")
+    return None
 
 
 def answer(alloc: Allocation) -> tuple[int, Allocation]:
@@ -84,7 +99,7 @@ def create(
         if match is not None:
             claim = HoldClaim(lease_s=body.lease_s, command=body.command, label=body.label)
             return answer(_claim(session, tenant, match, claim, now=now))
-    _admit(session, tenant, body)
+    wait = _admit(session, tenant, body)
     alloc = AllocationRow(
         id=new_id("alloc"),
         tenant_id=tenant_id,
@@ -100,7 +115,7 @@ def create(
         command_json=json.dumps(body.command) if body.command else None,
     )
     cluster = placing.load_cluster(session)
-    choice = _choose(session, cluster, alloc)
+    choice = None if wait is not None else _choose(session, cluster, alloc)
     if choice is None:
         session.add(alloc)
         record(
@@ -110,7 +125,7 @@ def create(
             tenant_id=tenant_id,
             to_state=alloc.status,
             at=now,
-            reason="queued: no GPUs free",
+            reason=f"queued: {wait}" if wait is not None else "queued: no GPUs free",
         )
         return 202, allocation_view(session, alloc, gpus=[])
     gpus = _apply(session, alloc, choice, now=now, queued=False)
@@ -233,7 +248,10 @@ def _claim(
         label=body.label,
         command_json=json.dumps(body.command) if body.command else None,
     )
-    _admit(session, tenant, alloc)
+    wait = _admit(session, tenant, alloc)
+    if wait is not None:
+        # The hold stays as it is, warm, for a claim once the borrowed GPUs are back.
+        raise QuotaExceeded(f"{wait}; the hold is kept: claim it again then", field="gpu_count")
     session.add(alloc)
     record(
         session,
@@ -314,8 +332,28 @@ def schedule_pending(session: Session, *, now: float, limit: int = 200) -> int:
     by_id = {a.id: a for a in pending}
     views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]
     cluster = placing.load_cluster(session)
+    limits = {t.id: _quota(t).limit for t in tenants}
+    allocated: dict[str, int] = {}
     placed = 0
     for view in order_pending(views, factors, now):
-        if _try_place(session, cluster, by_id[view.id], now=now):
+        alloc = by_id[view.id]
+        if alloc.tenant_id not in allocated:
+            allocated[alloc.tenant_id] = _allocated_gpus(session, alloc.tenant_id)
+        # A request queued for GPUs lent to its tenant's other class waits for their return:
+        # the tenant never runs more than quota + burst at once.
+        if allocated[alloc.tenant_id] + alloc.gpu_count > limits[alloc.tenant_id]:
+            continue
+        if _try_place(session, cluster, alloc, now=now):
+            allocated[alloc.tenant_id] += alloc.gpu_count
             placed += 1
     return placed
+
+
+def _allocated_gpus(session: Session, tenant_id: str) -> int:
+    total = session.exec(
+        select(func.coalesce(func.sum(AllocationRow.gpu_count), 0)).where(
+            AllocationRow.tenant_id == tenant_id,
+            AllocationRow.status == AllocationStatus.ALLOCATED.value,
+        )
+    ).one()
+    return int(total)

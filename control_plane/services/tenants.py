@@ -35,6 +35,7 @@ def create_tenant(db: Database, *, body: TenantCreate, now: float) -> Tenant:
                 name=body.name,
                 quota_gpus=body.quota_gpus,
                 burst_gpus=body.burst_gpus,
+                online_share=body.online_share,
                 weight=body.weight,
                 created_at=now,
             )
@@ -63,6 +64,8 @@ def update_tenant(db: Database, *, tenant_id: str, body: TenantUpdate) -> Tenant
         row = ensure_tenant(session, tenant_id)
         for name, value in body.model_dump(exclude_none=True).items():
             setattr(row, name, value)
+        if "online_share" in body.model_fields_set and body.online_share is None:
+            row.online_share = None  # an explicit null removes the split
         return tenant_view(row)
 
 

@@ -27,6 +27,7 @@ def tenant_view(row: TenantRow) -> Tenant:
         name=row.name,
         quota_gpus=row.quota_gpus,
         burst_gpus=row.burst_gpus,
+        online_share=row.online_share,
         weight=row.weight,
         created_at=utc_from_epoch(row.created_at),
     )

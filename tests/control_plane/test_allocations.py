@@ -49,6 +49,53 @@ def test_queued_when_no_gpu_free_then_placed_on_release(api: Api) -> None:
     assert {g["uuid"] for g in after["gpus"]} == {g["uuid"] for g in first["gpus"]}
 
 
+def test_a_class_gets_back_what_the_other_class_borrowed(api: Api) -> None:
+    api.node("n1", gpus=8)
+    tenant_id, headers = api.tenant(quota=4, online_share=0.5)  # online 2, batch 2
+
+    def ask(gpus: int, job_class: str) -> dict:
+        body = {"gpu_count": gpus, "job_class": job_class}
+        r = api.http.post("/v1/allocations", json=body, headers=headers)
+        return {"status_code": r.status_code, **r.json()}
+
+    own = ask(2, "batch")
+    borrowed = ask(2, "batch")  # online's idle share, lent to batch
+    assert own["status_code"] == borrowed["status_code"] == 201
+    # Online asks within its own guarantee: queued for its GPUs, not refused.
+    online = ask(2, "online")
+    assert online["status_code"] == 202 and online["status"] == "pending"
+    # Meanwhile neither class gets more: the tenant stays within quota + burst.
+    assert ask(1, "batch")["status_code"] == 429
+    assert ask(1, "online")["status_code"] == 429
+    api.clock.advance(10)
+    api.http.delete(f"/v1/allocations/{own['id']}", headers=headers)
+    after = api.http.get(f"/v1/allocations/{online['id']}", headers=headers).json()
+    assert after["status"] == "allocated" and after["time_to_gpu_s"] == 10.0
+    events = api.http.get(f"/v1/events?object_id={online['id']}", headers=ADMIN).json()
+    assert any("lent to the other class" in (e["reason"] or "") for e in events)
+    shown = api.http.get(f"/v1/tenants/{tenant_id}", headers=ADMIN).json()
+    assert shown["online_share"] == 0.5
+    # An explicit null removes the split; a share outside 0..1 is refused, naming the field.
+    cleared = api.http.patch(f"/v1/tenants/{tenant_id}", json={"online_share": None}, headers=ADMIN)
+    assert cleared.status_code == 200 and cleared.json()["online_share"] is None
+    bad = api.http.patch(f"/v1/tenants/{tenant_id}", json={"online_share": 1.5}, headers=ADMIN)
+    assert bad.status_code == 422 and "online_share" in bad.text
+
+
+def test_a_claim_waiting_for_lent_gpus_keeps_its_hold(api: Api) -> None:
+    api.node("n1", gpus=8)
+    _, headers = api.tenant(quota=4, online_share=0.5)
+    for _ in range(2):  # online takes its 2 and borrows batch's 2
+        body = {"gpu_count": 2, "job_class": "online"}
+        assert api.http.post("/v1/allocations", json=body, headers=headers).status_code == 201
+    hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 600}, headers=headers)
+    assert hold.status_code == 201, hold.text
+    claim = api.http.post(f"/v1/holds/{hold.json()['id']}/claim", headers=headers)
+    assert claim.status_code == 429 and "the hold is kept" in claim.json()["error"]["message"]
+    again = api.http.get(f"/v1/holds/{hold.json()['id']}", headers=headers).json()
+    assert again["status"] == hold.json()["status"] and len(again["gpus"]) == 2
+
+
 def test_other_tenants_objects_are_404(api: Api) -> None:
     api.node("n1", gpus=4)
     _, a = api.tenant("a", quota=4)
