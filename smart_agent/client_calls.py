@@ -177,9 +177,16 @@ class ApiCalls:
 
     # --- admin -----------------------------------------------------------------------
     def create_tenant(
-        self, name: str, *, quota_gpus: int, burst_gpus: int = 0, weight: float = 1.0
+        self,
+        name: str,
+        *,
+        quota_gpus: int,
+        burst_gpus: int = 0,
+        weight: float = 1.0,
+        online_share: float | None = None,
     ) -> Any:
         body = {"name": name, "quota_gpus": quota_gpus, "burst_gpus": burst_gpus, "weight": weight}
+        body.update(_drop_none(online_share=online_share))
         return self._send(Call("POST", "/v1/tenants", Tenant.model_validate, body))
 
     def create_api_key(self, tenant_id: str, *, label: str | None = None) -> Any:

@@ -35,6 +35,13 @@ def tenant_create(
     name: str,
     quota: int = typer.Option(..., "--quota", min=0),
     burst: int = typer.Option(0, "--burst", min=0),
+    online_share: float | None = typer.Option(
+        None,
+        "--online-share",
+        min=0.0,
+        max=1.0,
+        help="Share of the quota guaranteed to online jobs, the rest to batch [default: no split].",
+    ),
     with_key: bool = typer.Option(
         True, "--key/--no-key", help="Also mint an API key (shown once)."
     ),
@@ -44,7 +51,9 @@ def tenant_create(
 ) -> None:
     """Create a tenant (and, by default, its first API key)."""
     with client(server, token) as c:
-        tenant = c.create_tenant(name, quota_gpus=quota, burst_gpus=burst)
+        tenant = c.create_tenant(
+            name, quota_gpus=quota, burst_gpus=burst, online_share=online_share
+        )
         key = c.create_api_key(tenant.id) if with_key else None
     emit(tenant, as_json=as_json, columns=TENANT_COLUMNS)
     if key is not None and not as_json:

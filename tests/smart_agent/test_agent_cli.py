@@ -198,3 +198,15 @@ def test_policy_show_prints_the_server_budget_and_the_local_policy(live: Live) -
     assert table.exit_code == 0
     assert "server-side policy of tenant alice" in table.output
     assert "max_held_gpus: 8" in table.output and "held_gpus: 2" in table.output
+
+
+def test_tenant_create_with_an_online_batch_split(live: Live) -> None:
+    args = ["admin", "tenant-create", "bob", "--quota", "10", "--online-share", "0.7", "--no-key"]
+    bob = _json(args, live.admin)
+    assert bob["online_share"] == 0.7 and bob["quota_gpus"] == 10  # type: ignore[index]
+    bad = runner.invoke(
+        app,
+        ["admin", "tenant-create", "eve", "--quota", "1", "--online-share", "2"],
+        env=live.admin,
+    )
+    assert bad.exit_code == 2 and "online-share" in bad.output
