@@ -19,7 +19,7 @@ from control_plane.schemas.nodes import (
     NodeAssignment,
     NodeRegister,
 )
-from control_plane.services import evacuate, lifecycle, placing
+from control_plane.services import evacuate, lifecycle, placing, sql
 from control_plane.services.errors import Conflict, NotFound
 from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
@@ -179,12 +179,20 @@ def heartbeat(
     """
     telemetry = _telemetry_json(body)
     with db.read() as session:
-        node = _node_or_404(session, node_id)
-        changes = _state_changes(session, node, body)
+        # Core statements, not ORM loads: this runs for every node every few seconds.
+        conn = session.connection()
+        state = conn.execute(sql.NODE_STATE, {"node": node_id}).first()
+        if state is None:
+            raise NotFound(f"node {node_id} not found")
+        status, drain_requested_at = state
+        changes = _wanted(status, drain_requested_at, body) is not None
+        if not changes and body.gpus:
+            health = dict(conn.execute(sql.NODE_GPU_HEALTH, {"node": node_id}).all())
+            changes = any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
         reply = HeartbeatReply(
-            node_id=node.id,
-            status=NodeStatus(node.status),
-            assignments=desired_state(session, node.id),
+            node_id=node_id,
+            status=NodeStatus(status),
+            assignments=desired_state(session, node_id),
         )
     if buffer is not None and not changes:
         buffer.put(node_id, now, telemetry)
@@ -214,24 +222,16 @@ def _telemetry_json(body: Heartbeat) -> str:
     )
 
 
-def _wanted_status(node: NodeRow, body: Heartbeat) -> NodeStatus | None:
+def _wanted(status: str, drain_requested_at: float | None, body: Heartbeat) -> NodeStatus | None:
     """The status a heartbeat proves (None: the node has it already): draining while its
     agent or an administrator drains it, else online."""
-    drained = body.draining or node.drain_requested_at is not None
+    drained = body.draining or drain_requested_at is not None
     wanted = NodeStatus.DRAINING if drained else NodeStatus.ONLINE
-    return None if node.status == wanted.value else wanted
+    return None if status == wanted.value else wanted
 
 
-def _state_changes(session: Session, node: NodeRow, body: Heartbeat) -> bool:
-    """Whether this heartbeat changes the node's status or a GPU's health."""
-    if _wanted_status(node, body) is not None:
-        return True
-    if not body.gpus:
-        return False
-    health = dict(
-        session.exec(select(GpuRow.uuid, GpuRow.healthy).where(GpuRow.node_id == node.id)).all()
-    )
-    return any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
+def _wanted_status(node: NodeRow, body: Heartbeat) -> NodeStatus | None:
+    return _wanted(node.status, node.drain_requested_at, body)
 
 
 def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float) -> None:
@@ -266,11 +266,7 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
 
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
     """What the node must keep: active holds to warm/keep, allocations (and their commands)."""
-    rows = session.exec(
-        select(AssignmentRow.gpu_uuid, AssignmentRow.hold_id, AssignmentRow.allocation_id)
-        .where(AssignmentRow.node_id == node_id, col(AssignmentRow.ended_at).is_(None))
-        .order_by(col(AssignmentRow.id))
-    ).all()
+    rows = session.connection().execute(sql.NODE_ASSIGNMENTS, {"node": node_id}).all()
     by_alloc: dict[str, list[str]] = defaultdict(list)
     by_hold: dict[str, list[str]] = defaultdict(list)
     for uuid, hold_id, allocation_id in rows:

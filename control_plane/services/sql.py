@@ -10,6 +10,8 @@ from control_plane.db.models import (
     AssignmentRow,
     ClusterEpochRow,
     EventRow,
+    GpuRow,
+    NodeRow,
     TenantRow,
 )
 
@@ -18,6 +20,8 @@ EVENT = EventRow.__table__
 EPOCH = ClusterEpochRow.__table__
 TENANT = TenantRow.__table__
 ALLOCATION = AllocationRow.__table__
+NODE = NodeRow.__table__
+GPU = GpuRow.__table__
 
 INSERT_EVENT = insert(EVENT)
 INSERT_ASSIGNMENT = insert(ASSIGNMENT)
@@ -56,4 +60,14 @@ ACTIVE_BY_CLASS = (
         ALLOCATION.c.status.in_(["pending", "allocated"]),
     )
     .group_by(ALLOCATION.c.job_class)
+)
+
+# The heartbeat's read path: the node's state without its stored telemetry, its GPUs' health,
+# and what the node must keep.
+NODE_STATE = select(NODE.c.status, NODE.c.drain_requested_at).where(NODE.c.id == bindparam("node"))
+NODE_GPU_HEALTH = select(GPU.c.uuid, GPU.c.healthy).where(GPU.c.node_id == bindparam("node"))
+NODE_ASSIGNMENTS = (
+    select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
+    .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
+    .order_by(ASSIGNMENT.c.id)
 )
