@@ -142,6 +142,13 @@ class HoldCreate(WireModel):
 
 
 class HoldClaim(WireModel):
+    gpu_count: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GPUS_PER_REQUEST,
+        description="Take only this many of the hold's GPUs (at most its gpu_count); the "
+        "rest are released at once. Default: all of them.",
+    )
     lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
     command: Command | None = None
     label: Label | None = None

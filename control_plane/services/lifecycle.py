@@ -42,7 +42,7 @@ def assign(
 
 def end_assignments(
     session: Session, *, now: float, hold_id: str | None = None, allocation_id: str | None = None
-) -> None:
+) -> list[str]:
     if (hold_id is None) == (allocation_id is None):
         raise ValueError("end_assignments needs exactly one of hold_id and allocation_id")
     statement = sql.END_HOLD_ASSIGNMENTS if hold_id is not None else sql.END_ALLOCATION_ASSIGNMENTS
@@ -52,6 +52,26 @@ def end_assignments(
         .scalars()
         .all()
     )
+    return _freed(session, freed)
+
+
+def end_hold_gpus(
+    session: Session, *, hold_id: str, gpu_uuids: Sequence[str], now: float
+) -> list[str]:
+    """End the hold's assignments on these GPUs only (those a smaller claim gives back)."""
+    freed = (
+        session.connection()
+        .execute(
+            sql.END_HOLD_GPU_ASSIGNMENTS, {"owner": hold_id, "gpus": list(gpu_uuids), "now": now}
+        )
+        .scalars()
+        .all()
+    )
+    return _freed(session, freed)
+
+
+def _freed(session: Session, freed: Sequence[str]) -> list[str]:
+    """Keep this transaction's placement view in step with assignments just ended."""
     if freed:
         placing.load_cluster(session).free(list(freed))
         placing.mark_changed(session)

@@ -38,6 +38,16 @@ END_HOLD_ASSIGNMENTS = (
     .values(ended_at=bindparam("now"))
     .returning(ASSIGNMENT.c.gpu_uuid)
 )
+END_HOLD_GPU_ASSIGNMENTS = (
+    update(ASSIGNMENT)
+    .where(
+        ASSIGNMENT.c.ended_at.is_(None),
+        ASSIGNMENT.c.hold_id == bindparam("owner"),
+        ASSIGNMENT.c.gpu_uuid.in_(bindparam("gpus", expanding=True)),
+    )
+    .values(ended_at=bindparam("now"))
+    .returning(ASSIGNMENT.c.gpu_uuid)
+)
 
 READ_EPOCH = select(EPOCH.c.value).where(EPOCH.c.id == 1)
 BUMP_EPOCH = (

@@ -18,7 +18,7 @@ from control_plane.api.respond import created
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold, HoldClaim, HoldCreate
 from control_plane.schemas.enums import HoldStatus
-from control_plane.services import allocations, holds, queries
+from control_plane.services import allocations, claims, holds, queries
 from control_plane.services.auth import Principal
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"], responses=ERROR_RESPONSES)
@@ -97,8 +97,6 @@ def claim_hold(
         key=key,
         body=claim,
         use_case=lambda session, now: allocations.answer(
-            allocations.claim_hold(
-                session, tenant_id=tenant_id, hold_id=hold_id, body=claim, now=now
-            )
+            claims.claim_hold(session, tenant_id=tenant_id, hold_id=hold_id, body=claim, now=now)
         ),
     )

@@ -1,0 +1,166 @@
+"""Turning a request into an allocation's GPUs: quota admission, placement, and the queue."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from control_plane.db.models import AllocationRow, HoldRow, TenantRow
+from control_plane.scheduling.fairshare import (
+    DecayedUsage,
+    PendingView,
+    fair_share_factors,
+    order_pending,
+)
+from control_plane.scheduling.quotas import QuotaVerdict, TenantQuota, TenantUsage, check_quota
+from control_plane.schemas.allocations import AllocationCreate
+from control_plane.schemas.enums import AllocationStatus, HoldStatus, JobClass
+from control_plane.services import lifecycle, placing, sql
+from control_plane.services.errors import QuotaExceeded
+from control_plane.services.events import move, record
+
+
+def usage(session: Session, tenant_id: str) -> TenantUsage:
+    """GPUs the tenant holds or waits for now (pending requests count: no queue-jumping)."""
+    rows = session.connection().execute(sql.ACTIVE_BY_CLASS, {"tenant": tenant_id}).all()
+    by_class = {job_class: int(total or 0) for job_class, total in rows}
+    return TenantUsage(
+        online_gpus=by_class.get(JobClass.ONLINE.value, 0),
+        batch_gpus=by_class.get(JobClass.BATCH.value, 0),
+    )
+
+
+def quota_of(tenant: TenantRow) -> TenantQuota:
+    return TenantQuota(
+        quota_gpus=tenant.quota_gpus,
+        burst_gpus=tenant.burst_gpus,
+        online_share=tenant.online_share,
+    )
+
+
+def admit(
+    session: Session, tenant: TenantRow, body: AllocationCreate | AllocationRow
+) -> str | None:
+    """Refuse at once (429) what would take the tenant over its quota plus burst.
+
+    Returns None when admitted, or the reason to queue: a class asking within its own
+    guarantee waits for the GPUs the other class borrowed from it.
+    """
+    decision = check_quota(
+        quota_of(tenant), usage(session, tenant.id), body.gpu_count, JobClass(body.job_class)
+    )
+    if decision.verdict == QuotaVerdict.QUEUE:
+        return decision.reason
+    if not decision.admitted:
+        raise QuotaExceeded(decision.reason, field="gpu_count")
+    return None
+
+
+Choice = tuple[list[tuple[str, str]], list[HoldRow]]
+
+
+def choose(session: Session, cluster: placing.Cluster, alloc: AllocationRow) -> Choice | None:
+    """Free GPUs for the allocation, else GPUs freed by displacing holds; None if neither."""
+    request = placing.request_of(alloc.gpu_count, alloc.gpu_model, alloc.strategy)
+    gpus = placing.find_gpus(cluster, request)
+    if gpus is not None:
+        return gpus, []
+    return placing.find_gpus_preempting(session, cluster, request)
+
+
+def apply(
+    session: Session, alloc: AllocationRow, choice: Choice, *, now: float, queued: bool
+) -> list[str]:
+    """Give the allocation its GPUs (ending the holds displaced for it); their uuids."""
+    gpus, preempted = choice
+    for hold in preempted:
+        lifecycle.end_hold(
+            session,
+            hold,
+            HoldStatus.PREEMPTED,
+            now=now,
+            reason=f"preempted by allocation {alloc.id}",
+        )
+    lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
+    # Fields first, then the state change: its event insert flushes them in one UPDATE.
+    alloc.allocated_at = now
+    # Usable once assigned, unless a warm-up must run first: then when the node says so.
+    alloc.ready_at = None if alloc.warmup else now
+    alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
+    if preempted:
+        alloc.preempted_json = json.dumps([h.id for h in preempted])
+    reason = "placed" + (f", preempted {len(preempted)} hold(s)" if preempted else "")
+    if queued:
+        move(session, alloc, "allocation", AllocationStatus.ALLOCATED.value, now=now, reason=reason)
+    else:
+        # Placed in the request that created it: it never waited, so it never was pending.
+        # Added only now, so that the row is inserted once, in its final state.
+        alloc.status = AllocationStatus.ALLOCATED.value
+        session.add(alloc)
+        record(
+            session,
+            kind="allocation",
+            object_id=alloc.id,
+            tenant_id=alloc.tenant_id,
+            to_state=alloc.status,
+            at=now,
+            reason=reason + " at once",
+        )
+    return [uuid for uuid, _ in gpus]
+
+
+def try_place(
+    session: Session, cluster: placing.Cluster, alloc: AllocationRow, *, now: float
+) -> bool:
+    choice = choose(session, cluster, alloc)
+    if choice is None:
+        return False
+    apply(session, alloc, choice, now=now, queued=True)
+    return True
+
+
+def schedule_pending(session: Session, *, now: float, limit: int = 200) -> int:
+    """Place queued allocations in fair-share order while they fit; returns how many."""
+    pending = session.exec(
+        select(AllocationRow)
+        .where(AllocationRow.status == AllocationStatus.PENDING.value)
+        .order_by(col(AllocationRow.requested_at))
+        .limit(limit)
+    ).all()
+    if not pending:
+        return 0
+    tenants = session.exec(select(TenantRow)).all()
+    factors = fair_share_factors(
+        {t.id: DecayedUsage(t.usage_gpu_s, t.usage_at).at_time(now) for t in tenants},
+        {t.id: t.weight for t in tenants},
+    )
+    by_id = {a.id: a for a in pending}
+    views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]
+    cluster = placing.load_cluster(session)
+    limits = {t.id: quota_of(t).limit for t in tenants}
+    allocated: dict[str, int] = {}
+    placed = 0
+    for view in order_pending(views, factors, now):
+        alloc = by_id[view.id]
+        if alloc.tenant_id not in allocated:
+            allocated[alloc.tenant_id] = _allocated_gpus(session, alloc.tenant_id)
+        # A request queued for GPUs lent to its tenant's other class waits for their return:
+        # the tenant never runs more than quota + burst at once.
+        if allocated[alloc.tenant_id] + alloc.gpu_count > limits[alloc.tenant_id]:
+            continue
+        if try_place(session, cluster, alloc, now=now):
+            allocated[alloc.tenant_id] += alloc.gpu_count
+            placed += 1
+    return placed
+
+
+def _allocated_gpus(session: Session, tenant_id: str) -> int:
+    total = session.exec(
+        select(func.coalesce(func.sum(AllocationRow.gpu_count), 0)).where(
+            AllocationRow.tenant_id == tenant_id,
+            AllocationRow.status == AllocationStatus.ALLOCATED.value,
+        )
+    ).one()
+    return int(total)
