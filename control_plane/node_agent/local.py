@@ -60,10 +60,17 @@ class LocalHold:
     final_sent: bool = False
     logged: bool = False
     claimed: bool = False  # claimed mid-warm-up: finish, report, then forget
+    profile: str | None = None  # its warm-up profile, to warm again what a claim kept
 
     @property
     def warming(self) -> bool:
         return self.warmup is not None and not self.warmup.done
+
+    @property
+    def unreported(self) -> bool:
+        """Its warm-up ended and the control plane has not heard how."""
+        result = None if self.warmup is None else self.warmup.result
+        return result is not None and not result.cancelled and not self.final_sent
 
     def due(self) -> Report | None:
         if self.warmup is None:

@@ -51,7 +51,7 @@ class Work:
             self._want_hold(a)
         for hold_id, local in list(self.holds.items()):
             if hold_id not in holds:
-                self._drop_hold(local, claimed=set(local.gpu_uuids) <= in_allocations)
+                self._drop_hold(local, kept=set(local.gpu_uuids) & in_allocations)
         for a in allocs.values():
             self._want_allocation(a)
         for alloc_id, local in list(self.allocations.items()):
@@ -92,7 +92,7 @@ class Work:
             ):
                 # New here, or the control plane had it ready and wants it warmed again.
                 warmup = self._warmup("hold", a.id, a.warmup, a.gpu_uuids)
-                self.holds[a.id] = LocalHold(a.id, list(a.gpu_uuids), warmup)
+                self.holds[a.id] = LocalHold(a.id, list(a.gpu_uuids), warmup, profile=a.warmup)
             elif result is None and a.status == "placed" and local.started_sent:
                 local.started_sent = False  # the control plane forgot: tell it again
         elif a.status == "ready" and local is None:
@@ -101,8 +101,19 @@ class Work:
                 "hold %s: holding %d warm GPU(s) until claim or expiry", a.id, len(a.gpu_uuids)
             )
 
-    def _drop_hold(self, local: LocalHold, *, claimed: bool) -> None:
+    def _drop_hold(self, local: LocalHold, *, kept: set[str]) -> None:
+        """The hold left the desired state; `kept` are its GPUs an allocation now has."""
         if local.claimed:
+            return
+        claimed = kept == set(local.gpu_uuids)
+        if kept and local.unreported:
+            # It finished warming just before the claim: its report makes the job's GPUs
+            # usable on the control plane, so send it before forgetting the hold.
+            local.claimed = True
+            local.gpu_uuids = [u for u in local.gpu_uuids if u in kept]
+            return
+        if kept and not claimed:
+            self._partly_claimed(local, kept)
             return
         if local.warming and claimed:
             local.claimed = True
@@ -116,6 +127,32 @@ class Work:
         else:
             log.info("hold %s: ended on the control plane (cancelled, expired or moved)", local.id)
         self.holds.pop(local.id, None)
+
+    def _partly_claimed(self, local: LocalHold, kept: set[str]) -> None:
+        """A job took some of the hold's GPUs and the control plane gave the others back.
+
+        A warm-up is one process on all the hold's GPUs and cannot shrink, so it stops (the
+        GPUs given back may already be another's) and starts again on the kept GPUs only.
+        Its end is reported on the hold, which makes the job's GPUs count as usable.
+        """
+        gpus = [u for u in local.gpu_uuids if u in kept]
+        released = len(local.gpu_uuids) - len(gpus)
+        if not local.warming:
+            log.info("hold %s: %d GPU(s) claimed, %d released", local.id, len(gpus), released)
+            self.holds.pop(local.id, None)
+            return
+        log.info(
+            "hold %s: %d GPU(s) claimed mid-warm-up, %d released; warming the kept ones again",
+            local.id,
+            len(gpus),
+            released,
+        )
+        self._cancel_hold(local)
+        warmup = self._warmup("hold", local.id, local.profile, gpus)
+        # Claimed on the control plane already: its start needs no report, its end does.
+        self.holds[local.id] = LocalHold(
+            local.id, gpus, warmup, profile=local.profile, started_sent=True, claimed=True
+        )
 
     def _cancel_hold(self, local: LocalHold) -> None:
         if local.warmup is not None and not local.warmup.done:

@@ -64,6 +64,39 @@ def test_hold_is_warmed_with_a_real_command_then_claimed_and_its_task_runs(
     assert agent.work.allocations == {} and agent.work.holds == {}
 
 
+def test_partial_claim_mid_warm_up_warms_only_the_kept_gpus_again(
+    cp: ControlPlaneApp, make_agent: AgentFactory, tmp_path: Path
+) -> None:
+    seen, flag = tmp_path / "seen", tmp_path / "go"
+    wait = f"echo $CUDA_VISIBLE_DEVICES >> {seen}; while [ ! -e {flag} ]; do sleep 0.02; done"
+    agent = make_agent(gpus=4, warmup_profiles={"slow": [{"command": wait}]})
+    agent.round()
+    hold = cp.hold(gpu_count=4, warmup="slow")
+    agent.round()
+    wait_for(seen.exists, timeout=10, what="the hold's warm-up to start")
+    first = agent.work.holds[hold["id"]].warmup
+    assert first is not None
+    alloc = cp.claim(hold["id"], gpu_count=2, command=["sh", "-c", "echo trained"])
+    kept = sorted(g["uuid"] for g in alloc["gpus"])
+    agent.round()  # the hold is gone from the desired state; two of its GPUs are the job's
+    first.join(10)
+    assert first.result is not None and first.result.cancelled
+    again = agent.work.holds[hold["id"]]
+    assert sorted(again.gpu_uuids) == kept and again.warming
+    assert agent.work.allocations[alloc["id"]].task is None  # the job waits for the warm-up
+    cp.clock.advance(9)
+    flag.touch()
+    settle(agent)
+    assert cp.allocation(alloc["id"])["time_to_gpu_s"] == 9.0
+    runs = [sorted(line.split(",")) for line in seen.read_text().split()]
+    assert len(runs) == 2 and len(runs[0]) == 4 and runs[1] == kept
+    agent.round()
+    finish_tasks(agent)
+    assert cp.allocation(alloc["id"])["output_tail"].strip() == "trained"
+    agent.round()
+    assert agent.work.holds == {}
+
+
 def test_warm_up_hanging_past_its_timeout_fails_the_hold_and_frees_the_gpus(
     cp: ControlPlaneApp, make_agent: AgentFactory
 ) -> None:
