@@ -120,8 +120,13 @@ class Agent:
             if best is not None:
                 row, current = best
                 alloc = self.client.claim(
-                    row["hold_id"], lease_s=self.lease_s, idempotency_key=f"claim:{row['hold_id']}"
+                    row["hold_id"],
+                    gpu_count=_claim_size(event.gpus, current.gpu_count),
+                    lease_s=self.lease_s,
+                    idempotency_key=f"claim:{row['hold_id']}",
                 )
+                # Idle until now on all the hold's GPUs; the ones the job did not take were
+                # released by the claim itself, so they are never idle after it.
                 self.log.hold_outcome(
                     row["hold_id"],
                     outcome="claimed",
@@ -164,7 +169,8 @@ class Agent:
         return OpenJob(job_id, alloc.id if alloc else None)
 
     def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
-        """The agent's hold a job should take (the readiest that fits it), with its state."""
+        """The agent's hold a job should take (the readiest that fits it, the smallest of
+        those), with its state; the claim takes only the job's GPUs from a bigger one."""
         candidates = []
         for row in self.log.pending_holds():
             if gpus is not None and (row["hold_gpus"] or 0) < gpus:
@@ -323,6 +329,14 @@ class Agent:
                 for r in pending
             ],
         )
+
+
+def _claim_size(job_gpus: int | None, hold_gpus: int) -> int | None:
+    """How many of a hold's GPUs a job takes: what it asked for, when known and fewer than
+    the hold has (the rest go back at once); otherwise all of them (None)."""
+    if job_gpus is not None and 0 < job_gpus < hold_gpus:
+        return job_gpus
+    return None
 
 
 def _pending_cue(context: Context) -> str | None:

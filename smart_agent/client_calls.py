@@ -159,12 +159,14 @@ class ApiCalls:
         self,
         hold_id: str,
         *,
+        gpu_count: int | None = None,
         lease_s: int | None = None,
         command: list[str] | None = None,
         label: str | None = None,
         idempotency_key: str | None = None,
     ) -> Any:
-        body = _drop_none(lease_s=lease_s, command=command, label=label)
+        """Claim the hold; `gpu_count` takes only that many of its GPUs, releasing the rest."""
+        body = _drop_none(gpu_count=gpu_count, lease_s=lease_s, command=command, label=label)
         return self._send(
             Call(
                 "POST",

@@ -160,6 +160,9 @@ def hold_show(
 @hold_app.command("claim")
 def hold_claim(
     hold_id: str,
+    gpus: int | None = typer.Option(
+        None, "--gpus", min=1, help="Take only this many of the hold's GPUs; the rest are freed."
+    ),
     lease_s: int | None = typer.Option(None, "--lease"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
@@ -167,7 +170,8 @@ def hold_claim(
 ) -> None:
     """Turn a hold into an allocation (instant when the hold is ready)."""
     with client(server, token) as c:
-        emit(c.claim(hold_id, lease_s=lease_s), as_json=as_json, columns=ALLOC_COLUMNS)
+        alloc = c.claim(hold_id, gpu_count=gpus, lease_s=lease_s)
+        emit(alloc, as_json=as_json, columns=ALLOC_COLUMNS)
 
 
 @hold_app.command("cancel")

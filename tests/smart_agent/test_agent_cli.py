@@ -79,6 +79,17 @@ def test_hold_then_alloc_claims_it_and_release(env: dict[str, str]) -> None:
     assert table.exit_code == 0 and hold["id"] in table.output  # type: ignore[index]
 
 
+def test_hold_claim_takes_only_the_gpus_asked_for(env: dict[str, str]) -> None:
+    hold = _json(["hold", "create", "2", "--ttl", "600", "--wait"], env)
+    hold_id = hold["id"]  # type: ignore[index]
+    too_many = runner.invoke(app, ["hold", "claim", hold_id, "--gpus", "3"], env=env)
+    assert too_many.exit_code == 1 and "invalid_request" in too_many.output
+    alloc = _json(["hold", "claim", hold_id, "--gpus", "1"], env)
+    assert alloc["gpu_count"] == 1 and len(alloc["gpus"]) == 1  # type: ignore[index, arg-type]
+    after = _json(["hold", "show", hold_id], env)
+    assert after["reason"] == "claimed 1 of 2 GPUs; 1 released"  # type: ignore[index]
+
+
 def test_refusals_are_one_line_with_the_code(env: dict[str, str]) -> None:
     result = runner.invoke(app, ["alloc", "create", "3"], env=env)
     assert result.exit_code == 1

@@ -49,6 +49,36 @@ def test_cycle_makes_a_hold_and_a_job_claims_it_warm(world: World) -> None:
     assert world.client.get_allocation(job["allocation_id"]).status.value == "released"
 
 
+def test_a_job_smaller_than_the_hold_claims_only_its_gpus(world: World) -> None:
+    agent = world.agent(POLICY)
+    feed_history(agent, world.clock, gpus=4)
+    report = agent.cycle(trigger="timer")
+    assert report.holds, [d.reason for d in report.decisions]
+    hold = world.client.get_hold(report.holds[0])
+    assert hold.status.value == "ready" and hold.gpu_count == 4
+    world.clock.advance(30)
+    agent.observe(
+        Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=2, job_id="j1", source="test")
+    )
+    job = world.log.query("SELECT * FROM jobs")[0]
+    assert job["hold_id"] == hold.id and job["warm"] == 1 and job["time_to_gpu_s"] == 0.0
+    alloc = world.client.get_allocation(job["allocation_id"])
+    assert alloc.gpu_count == 2 and len(alloc.gpus) == 2
+    assert {g.uuid for g in alloc.gpus} < {g.uuid for g in hold.gpus}
+    claimed = world.client.get_hold(hold.id)
+    assert claimed.status.value == "claimed" and claimed.reason == "claimed 2 of 4 GPUs; 2 released"
+    owners = [g["assigned_to"] for g in world.admin.get("/v1/gpus").json()]
+    assert owners.count(alloc.id) == 2 and owners.count(None) == 6
+    row = world.log.query("SELECT * FROM forecasts WHERE hold_id=?", (hold.id,))[0]
+    assert row["outcome"] == "claimed"
+    # All four sat idle until the claim; the two given back were never idle after it.
+    assert row["idle_gpu_minutes"] == pytest.approx(4 * 30 / 60)
+    world.clock.advance(600)
+    agent.reconcile()
+    again = world.log.query("SELECT * FROM forecasts WHERE hold_id=?", (hold.id,))[0]
+    assert again["idle_gpu_minutes"] == pytest.approx(4 * 30 / 60)
+
+
 def test_each_member_is_logged_in_shadow(world: World) -> None:
     policy = POLICY.model_copy(
         update={"predictors": ["burst", "histogram"], "ensemble": "weighted"}
