@@ -125,8 +125,14 @@ def claim(
     )
     alloc.allocated_at = now
     alloc.warm = was == HoldStatus.READY.value
-    # A warming hold's GPUs become usable when its warm-up ends (the node reports it).
-    alloc.ready_at = now if alloc.warm else None
+    if was == HoldStatus.PLACED.value:
+        # Its warm-up had not begun: the node warms the GPUs for the job now, as it would for
+        # a reactive allocation with that profile (none: they are usable as they are).
+        alloc.warmup = hold.warmup
+        alloc.ready_at = None if hold.warmup else now
+    else:
+        # A warming hold's GPUs become usable when its warm-up ends (the node reports it).
+        alloc.ready_at = now if alloc.warm else None
     alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
     move(
         session,

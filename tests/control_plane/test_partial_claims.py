@@ -166,3 +166,22 @@ def test_partial_claim_while_warming_leaves_the_node_only_the_kept_gpus(api: Api
     assert r.status_code == 200, r.text
     done = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
     assert done["time_to_gpu_s"] == 15.0
+
+
+def test_a_claim_before_warm_up_began_has_the_node_warm_for_the_job(api: Api) -> None:
+    node = api.node("n1", gpus=4)
+    _, headers = api.tenant(quota=4)
+    # Placed, and the node has not started its warm-up yet (no heartbeat since).
+    hold = _hold(api, headers, gpu_count=2, warmup="default")
+    assert hold["status"] == "placed"
+    alloc = api.http.post(f"/v1/holds/{hold['id']}/claim", headers=headers).json()
+    assert alloc["warm"] is False and alloc["time_to_gpu_s"] is None
+    beat = api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json={}, headers=ADMIN).json()
+    [job] = beat["assignments"]
+    assert (job["kind"], job["id"], job["warmup"]) == ("allocation", alloc["id"], "default")
+    api.clock.advance(20)
+    report = f"/v1/nodes/{node['id']}/allocations/{alloc['id']}/warmup"
+    r = api.http.post(report, json={"ok": True, "warmup_s": 20.0}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    done = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert done["time_to_gpu_s"] == 20.0
