@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows has none: there, start one server on a file at a time
+    fcntl = None  # type: ignore[assignment]
 
 from alembic import command
 from alembic.config import Config
@@ -34,6 +41,28 @@ def current_revision(db: Database) -> str | None:
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
+    with _sqlite_file_lock(db):
+        _upgrade(db, revision)
+
+
+@contextmanager
+def _sqlite_file_lock(db: Database) -> Iterator[None]:
+    """On SQLite, servers started together on one file migrate one after another: SQLite's own
+    lock answers a second writer's schema change with "database is locked" at once."""
+    path = db.engine.url.database if db.is_sqlite else None
+    if not path or path == ":memory:" or fcntl is None:
+        yield
+        return
+    lock = Path(path).expanduser().resolve().with_name(Path(path).name + ".migrate-lock")
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _upgrade(db: Database, revision: str) -> None:
     config = alembic_config(db.url)
     with db.engine.connect() as conn:
         if not db.is_sqlite:
