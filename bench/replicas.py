@@ -1,10 +1,13 @@
-"""One control-plane replica against two, on one PostgreSQL: allocate+release under wrk.
+"""One control-plane replica against two, on one database: allocate+release under wrk.
 
     .venv/bin/python bench/replicas.py --runs 3
+    .venv/bin/python bench/replicas.py --runs 3 --db sqlite
 
 The same PostgreSQL (fsync on) serves one `jitgpu server`, then two; wrk drives 16
 connections in all (split evenly between the replicas). Prints allocations/s and the worst
-replica's p99 latency, median of the runs.
+replica's p99 latency, median of the runs. With `--db sqlite` the servers share one SQLite
+file instead (supported, with a warning: SQLite is the single-replica default), which shows
+what a second process on one file is worth.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 from alloc_throughput import ADMIN, prepare
@@ -48,8 +52,10 @@ def result(proc: subprocess.Popen[str]) -> dict:
     return json.loads(next(x for x in out.splitlines() if x.startswith("JSON "))[5:])
 
 
-def one_run(pg: TempPostgres, replicas: int, args: argparse.Namespace, tmp: Path) -> dict:
-    url = pg.url(pg.create_database())
+def one_run(pg: TempPostgres | None, replicas: int, args: argparse.Namespace, tmp: Path) -> dict:
+    for old in tmp.glob("replicas.db*"):
+        old.unlink()
+    url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'replicas.db'}"
     env = {"JITGPU_LOG_LEVEL": "warning"}
     servers = [
         ServerProc(
@@ -82,6 +88,7 @@ def one_run(pg: TempPostgres, replicas: int, args: argparse.Namespace, tmp: Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["postgresql", "sqlite"], default="postgresql")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
@@ -91,14 +98,15 @@ def main() -> None:
         raise SystemExit("wrk not found: apt-get install wrk")
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-replicas-"))
     print(f"machine: {describe()}")
-    with TempPostgres(fsync=True) as pg:
+    with TempPostgres(fsync=True) if args.db == "postgresql" else nullcontext() as pg:
         for replicas in (1, 2):
             runs = [one_run(pg, replicas, args, tmp) for _ in range(args.runs)]
             rate = statistics.median(r["allocations_per_s"] for r in runs)
             p99 = statistics.median(r["p99_ms"] for r in runs)
             errors = sum(r["errors"] for r in runs)
+            label = "PostgreSQL" if pg else "SQLite (one file)"
             print(
-                f"PostgreSQL, {replicas} replica(s): {rate:.0f} allocations/s, p99 "
+                f"{label}, {replicas} replica(s): {rate:.0f} allocations/s, p99 "
                 f"{p99:.1f} ms; median of {args.runs} runs x {args.seconds}s, "
                 f"{args.connections} connections, errors {errors}"
             )
