@@ -67,6 +67,25 @@ def test_oracle_warms_exactly_ahead_for_zero_wait_and_the_same_idle() -> None:
     assert result["ready_idle_gpu_s"] == 0.0
 
 
+def test_oracle_does_not_hold_ahead_where_capacity_does_not_allow() -> None:
+    # 16 GPUs. a's 12 run 0..1000 on its hold. b's hold (8 GPUs at 100) fails: 4 are free.
+    # c's hold (4 GPUs at 300) would fit, but is skipped because b waits in the queue.
+    jobs = _jobs(("a", 0, 12, 1000), ("b", 200, 8, 100), ("c", 400, 4, 50))
+    result = _run(jobs, "oracle")
+    assert result["holds_placed"] == 1 and result["holds_failed"] == 2
+    assert result["hold_gpus_placed"] == 12 and result["hold_gpus_claimed"] == 12
+    assert result["warm_hits"] == 1
+    # At 1000 a ends; b and then c start on fresh GPUs, each after the cold start.
+    assert result["misses"]["first_job"] == 2 and sum(result["misses"].values()) == 2
+    assert result["mean_time_to_gpu_s"] == pytest.approx((0 + 900 + 700) / 3)
+    assert result["mean_queue_wait_s"] == pytest.approx((0 + 800 + 600) / 3)
+    assert result["idle_gpu_s"] == (12 + 8 + 4) * COLD
+    # Control: with no job waiting, c's hold is placed on the 4 free GPUs and c starts warm.
+    alone = _run(_jobs(("a", 0, 12, 1000), ("c", 400, 4, 50)), "oracle")
+    assert alone["holds_failed"] == 0 and alone["warm_hits"] == 2
+    assert alone["mean_time_to_gpu_s"] == 0.0
+
+
 def test_queue_wait_then_cold_start() -> None:
     result = _run(_jobs(("a", 0, 8, 1000), ("b", 0, 8, 1000)), "reactive", capacity=8)
     # b gets the GPUs when a ends at 1100, and then warms for 100 s.
