@@ -169,6 +169,35 @@ def test_balanced_keeps_a_request_on_one_node_but_picks_the_emptiest() -> None:
     assert _nodes(state, place(state, PlacementRequest(2))) == ["n0"]
 
 
+def test_balanced_places_a_request_larger_than_a_node_as_consolidated() -> None:
+    state = _cluster({("s0", "leaf0"): {"n0": 8, "n1": 8}, ("s0", "leaf1"): {"n2": 8, "n3": 8}})
+    _take_on(state, "n1", 4)
+    # 12 GPUs fit no node. Both leaves hold them on two nodes; leaf0 has fewer free GPUs, so
+    # n0 gives all 8 and n1 its 4 free ones (worst fit would have opened the empty leaf1).
+    expected = [f"n0-{i}" for i in range(8)] + [f"n1-{i}" for i in range(4, 8)]
+    assert place(state, PlacementRequest(12, strategy=Strategy.BALANCED)) == expected
+    assert place(state, PlacementRequest(12)) == expected
+    # A request that fits one node still goes to the emptiest node of the emptiest leaf.
+    assert _nodes(state, place(state, PlacementRequest(4, strategy=Strategy.BALANCED))) == ["n2"]
+
+
+def test_balanced_spans_the_fewest_adjacent_leaves_on_the_fewest_nodes() -> None:
+    state = _cluster(
+        {
+            ("s0", "leaf0"): {"n0": 8, "n1": 8},
+            ("s0", "leaf1"): {"n2": 8, "n3": 8},
+            ("s0", "leaf2"): {"n4": 8, "n5": 8},
+        }
+    )
+    _take_on(state, "n0", 8)
+    _take_on(state, "n3", 6)
+    # Free: leaf0 8, leaf1 10, leaf2 16. No leaf holds 20; of two adjacent leaves only
+    # (leaf1, leaf2) does. Three nodes at least: n2 and n4 whole, the rest on n5.
+    expected = [f"{n}-{i}" for n in ("n2", "n4") for i in range(8)] + [f"n5-{i}" for i in range(4)]
+    assert place(state, PlacementRequest(20, strategy=Strategy.BALANCED)) == expected
+    assert place(state, PlacementRequest(20)) == expected
+
+
 def test_placement_is_deterministic_whatever_the_input_order() -> None:
     slots = uniform_cluster(512, 8, 4)
     shuffled = slots[:]
