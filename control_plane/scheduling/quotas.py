@@ -159,12 +159,13 @@ def check_quota(
         within = usage.of(job_class) + gpu_count <= share
     if within:
         return QuotaDecision(QuotaVerdict.ADMIT, "within the guaranteed quota")
-    if used + gpu_count > guaranteed:
-        burst = min(gpu_count, used + gpu_count - guaranteed)
-    else:
-        # Over the class share only: the GPUs borrowed from the other class count as burst.
+    # GPUs above the tenant's guarantee, or above the class's share (borrowed from the other
+    # class), whichever is more: all of them are burst.
+    burst = used + gpu_count - guaranteed
+    if quota.online_share is not None:
         share = quota.class_guarantees()[job_class]
-        burst = min(gpu_count, usage.of(job_class) + gpu_count - share)
+        burst = max(burst, usage.of(job_class) + gpu_count - share)
+    burst = min(gpu_count, burst)
     if idle_gpus is not None and idle_gpus < gpu_count:
         return QuotaDecision(
             over, f"burst of {burst} GPUs needs idle GPUs: {idle_gpus} idle, {gpu_count} asked"

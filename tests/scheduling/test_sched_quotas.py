@@ -71,6 +71,14 @@ def test_online_batch_shares_guarantee_each_class_its_part() -> None:
     assert check_quota(quota, full, 1, JobClass.ONLINE).verdict == QuotaVerdict.REFUSE
 
 
+def test_gpus_above_the_class_share_are_burst_also_when_over_the_quota() -> None:
+    quota = TenantQuota(10, 5, online_share=0.7)  # online 7, batch 3
+    decision = check_quota(quota, TenantUsage(online_gpus=2), 10, JobClass.BATCH)
+    # Batch gets 10: 3 of its own share, 5 borrowed from online's unused share, 2 over the
+    # quota. All 7 above its share are burst, not only the 2 above the quota.
+    assert decision.verdict == QuotaVerdict.BURST and decision.burst_gpus == 7
+
+
 def test_a_class_within_its_guarantee_queues_for_what_the_other_class_borrowed() -> None:
     quota = TenantQuota(10, 0, online_share=0.7)
     # Online took its 7 and borrowed 2 of batch's 3 while batch was idle.
