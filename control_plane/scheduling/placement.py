@@ -217,18 +217,23 @@ def _spread(idx: ModelIndex, count: int) -> Plan:
 
 @dataclass(frozen=True)
 class Fragmentation:
-    """How usable the free GPUs of a model are for large requests."""
+    """How usable the free GPUs of a model are for large requests (a report: `place` keeps
+    nodes and leaves whole through its tie-breaks and never reads this)."""
 
     free_gpus: int
     whole_free_nodes: int
     whole_free_leaves: int
     partial_nodes: int
+    whole_free_leaf_gpus: int = 0
 
     def score(self, gpus_per_node: int) -> float:
-        """Share of free GPUs outside whole free nodes: 0 is best, 1 all scattered."""
+        """Mean of the shares of free GPUs outside whole free nodes and outside whole free
+        leaves: 0 when every free GPU is in a whole free leaf, 1 when no node is whole."""
         if not self.free_gpus:
             return 0.0
-        return 1.0 - min(1.0, self.whole_free_nodes * gpus_per_node / self.free_gpus)
+        in_nodes = min(1.0, self.whole_free_nodes * gpus_per_node / self.free_gpus)
+        in_leaves = min(in_nodes, self.whole_free_leaf_gpus / self.free_gpus)
+        return 1.0 - (in_nodes + in_leaves) / 2
 
 
 def fragmentation(state: ClusterState, model: str) -> Fragmentation:
@@ -242,5 +247,6 @@ def fragmentation(state: ClusterState, model: str) -> Fragmentation:
             whole_nodes += 1
         elif free:
             partial += 1
-    whole_leaves = sum(1 for lf in idx.leaves if idx.leaf_free[lf] == idx.leaf_total[lf])
-    return Fragmentation(idx.free, whole_nodes, whole_leaves, partial)
+    whole = [lf for lf in idx.leaves if idx.leaf_free[lf] == idx.leaf_total[lf]]
+    leaf_gpus = sum(idx.leaf_total[lf] for lf in whole)
+    return Fragmentation(idx.free, whole_nodes, len(whole), partial, leaf_gpus)
