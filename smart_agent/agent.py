@@ -139,7 +139,7 @@ class Agent:
                 model = event.gpu_model or self.policy.gpu_model
                 alloc = self.client.allocate(
                     max(1, event.gpus or 1),
-                    gpu_model=wire_gpu_model(model),
+                    gpu_model=wire_gpu_model(model, self.policy.gpu_model),
                     lease_s=self.lease_s,
                     use_holds=False,
                     warmup=self.policy.warmup_for(model),
@@ -278,7 +278,7 @@ class Agent:
                 start_in_s=max(0.0, intent.start_at - now),
                 lead_s=intent.lead_s,
                 confidence=intent.confidence,
-                gpu_model=wire_gpu_model(intent.gpu_model),
+                gpu_model=wire_gpu_model(intent.gpu_model, self.policy.gpu_model),
                 warmup=intent.warmup,
                 source="agent",
                 idempotency_key=f"forecast:{self.agent_id}:{forecast_id}",

@@ -10,8 +10,10 @@ from predictors.types import Forecast
 from smart_agent.policy import Policy
 
 MIN_TTL_S = 60
-# The control plane accepts only plain model names: a log-derived one that is not is dropped.
-GPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# A model name read from a log is sent only as one plain word: a name with spaces ("RTX 4090")
+# is taken from the user's policy (checked against the control plane's pattern at load), never
+# from log text, which must not reach the control plane.
+LOG_GPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 log = logging.getLogger("jitgpu.agent")
 
@@ -118,12 +120,13 @@ def decide(
     return Decision(True, reason, intent)
 
 
-def wire_gpu_model(model: str | None) -> str | None:
-    """`model` if the control plane accepts it as a GPU model name, else None (any model).
+def wire_gpu_model(model: str | None, configured: str | None = None) -> str | None:
+    """`model` as sent to the control plane, else None (any model).
 
-    A model name can come from a log line: whatever it says, only a plain name is sent.
+    The policy's own `configured` model goes as it is; any other can come from a log line, and
+    whatever it says, only a plain one-word name is sent.
     """
-    if model is None or GPU_MODEL.fullmatch(model):
+    if model is None or model == configured or LOG_GPU_MODEL.fullmatch(model):
         return model
     log.debug("GPU model %r is not a plain model name: asking for any model", model[:80])
     return None

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.schemas.common import GPU_MODEL_PATTERN
 from predictors.llm_config import LlmConfig
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -77,7 +78,7 @@ class Policy(Strict):
     warmup: dict[str, str] = Field(
         default_factory=dict, description="Warm-up profile per GPU model; key 'default' for any."
     )
-    gpu_model: str | None = Field(default=None, max_length=64)
+    gpu_model: str | None = Field(default=None, max_length=64, pattern=GPU_MODEL_PATTERN)
 
     @field_validator("quiet_hours")
     @classmethod
