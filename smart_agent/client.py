@@ -11,15 +11,17 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from control_plane.schemas.allocations import Allocation, Hold
 from control_plane.schemas.enums import HoldStatus
 from smart_agent.client_calls import ApiCalls, Call
+
+T = TypeVar("T")
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -149,26 +151,37 @@ class Client(ApiCalls):
         self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Hold:
         """Poll a hold until it is ready (or has ended); TimeoutError after timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            hold = self.get_hold(hold_id)
-            if hold.status in READY_OR_DONE:
-                return hold
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
-            time.sleep(poll_s)
+        return self._poll(
+            lambda: self.get_hold(hold_id), _hold_settled, f"hold {hold_id}", timeout_s, poll_s
+        )
 
     def wait_until_allocated(
         self, allocation_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Allocation:
         """Poll an allocation until it is no longer pending; TimeoutError after timeout_s."""
+        return self._poll(
+            lambda: self.get_allocation(allocation_id),
+            _allocation_settled,
+            f"allocation {allocation_id}",
+            timeout_s,
+            poll_s,
+        )
+
+    @staticmethod
+    def _poll(
+        fetch: Callable[[], T],
+        done: Callable[[T], bool],
+        what: str,
+        timeout_s: float,
+        poll_s: float,
+    ) -> T:
         deadline = time.monotonic() + timeout_s
         while True:
-            alloc = self.get_allocation(allocation_id)
-            if alloc.status != "pending":
-                return alloc
+            item = fetch()
+            if done(item):
+                return item
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"allocation {allocation_id} still pending after {timeout_s}s")
+                raise TimeoutError(f"{what} still {item.status} after {timeout_s}s")  # type: ignore[attr-defined]
             time.sleep(poll_s)
 
 
@@ -222,24 +235,43 @@ class AsyncClient(ApiCalls):
         self, hold_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Hold:
         """Poll a hold until it is ready (or has ended); TimeoutError after timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            hold = await self.get_hold(hold_id)  # type: ignore[misc]
-            if hold.status in READY_OR_DONE:
-                return hold
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"hold {hold_id} still {hold.status} after {timeout_s}s")
-            await asyncio.sleep(poll_s)
+        return await self._poll(
+            lambda: self.get_hold(hold_id), _hold_settled, f"hold {hold_id}", timeout_s, poll_s
+        )
 
     async def wait_until_allocated(
         self, allocation_id: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> Allocation:
         """Poll an allocation until it is no longer pending; TimeoutError after timeout_s."""
+        return await self._poll(
+            lambda: self.get_allocation(allocation_id),
+            _allocation_settled,
+            f"allocation {allocation_id}",
+            timeout_s,
+            poll_s,
+        )
+
+    @staticmethod
+    async def _poll(
+        fetch: Callable[[], Awaitable[T]],
+        done: Callable[[T], bool],
+        what: str,
+        timeout_s: float,
+        poll_s: float,
+    ) -> T:
         deadline = time.monotonic() + timeout_s
         while True:
-            alloc = await self.get_allocation(allocation_id)  # type: ignore[misc]
-            if alloc.status != "pending":
-                return alloc
+            item = await fetch()
+            if done(item):
+                return item
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"allocation {allocation_id} still pending after {timeout_s}s")
+                raise TimeoutError(f"{what} still {item.status} after {timeout_s}s")  # type: ignore[attr-defined]
             await asyncio.sleep(poll_s)
+
+
+def _hold_settled(hold: Hold) -> bool:
+    return hold.status in READY_OR_DONE
+
+
+def _allocation_settled(alloc: Allocation) -> bool:
+    return alloc.status != "pending"
