@@ -342,7 +342,7 @@ def _claim_size(job_gpus: int | None, hold_gpus: int) -> int | None:
 def _pending_cue(context: Context) -> str | None:
     """The cue driving a cycle that no cue triggered (a timer, a burst closing): the latest
     one no job has followed yet, so its cooldown holds whatever runs the cycle."""
-    pending: dict[str, float] = getattr(context.history, "cue_pending", None) or {}
+    pending = context.history.cue_pending
     return max(pending, key=lambda name: pending[name]) if pending else None
 
 

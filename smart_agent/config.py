@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from smart_agent.agent import ARRIVAL_MAX_AGE_S
 from smart_agent.sources import SourcesConfig
 from smart_agent.yamlconf import ConfigError, load_model
 
@@ -48,7 +49,7 @@ class AgentConfig(SourcesConfig):
         default=False, description="Cancel the agent's holds on a clean stop."
     )
     arrival_max_age_s: float = Field(
-        default=120.0,
+        default=ARRIVAL_MAX_AGE_S,
         ge=1,
         le=86400,
         description="A job event older than this (or from before the agent started) is "

@@ -83,10 +83,15 @@ class PredictorSet:
         # The LLM never runs alone: a failed call (timeout, 429, budget spent) falls back to a
         # statistical predictor, and the LLM is scored against one.
         self.fallback: Recorded | None = None
+        # With the ensemble the fallback is a member (the ensemble falls back to it); in the
+        # union it stands aside and is asked only when every member failed.
+        self._reserve: list[Recorded] = []
         if all(m.expensive for m in members):
             self.fallback = Recorded(_statistical(BASELINE))
             if policy.ensemble != "off":
                 members.append(self.fallback)
+            else:
+                self._reserve.append(self.fallback)
         self.members = members
         names = [m.name for m in members]
         cheap = [m.name for m in members if not m.expensive]
@@ -113,23 +118,15 @@ class PredictorSet:
             member.forget()
         if self.ensemble is not None:
             return self.ensemble.predict(context, now)
-        out: list[Forecast] = []
-        for member in self.members:
-            try:
-                out.extend(member.predict(context, now))
-            except Exception:  # one member must not stop the others
-                member.last = []
-        fallback = self.fallback
-        if fallback is not None and fallback not in self.members:
-            fallback.forget()
-            if all(m.last_failed for m in self.members):
-                out.extend(fallback.predict(context, now))
+        out = _union(self.members, context, now)
+        for reserve in self._reserve:
+            reserve.forget()
+        if self._reserve and all(m.last_failed for m in self.members):
+            out.extend(_union(self._reserve, context, now))
         return out
 
     def _everyone(self) -> list[Recorded]:
-        fallback = self.fallback
-        extra = [fallback] if fallback is not None and fallback not in self.members else []
-        return [*self.members, *extra]
+        return [*self.members, *self._reserve]
 
     def unheard(self) -> set[str]:
         """Members that gave no usable answer on the last call: they failed (an error, a
@@ -139,3 +136,13 @@ class PredictorSet:
     def shadow(self) -> dict[str, list[Forecast]]:
         """Each member's forecasts of the last call, acted on or not."""
         return {m.name: m.last for m in self._everyone()}
+
+
+def _union(members: list[Recorded], context: Context, now: float) -> list[Forecast]:
+    out: list[Forecast] = []
+    for member in members:
+        try:
+            out.extend(member.predict(context, now))
+        except Exception:  # one member must not stop the others
+            member.last = []
+    return out

@@ -40,7 +40,7 @@ def tenant_create(
         "--online-share",
         min=0.0,
         max=1.0,
-        help="Share of the quota guaranteed to online jobs, the rest to batch \\[default: no split].",
+        help="Share of the quota for online jobs, the rest for batch \\[default: no split].",
     ),
     with_key: bool = typer.Option(
         True, "--key/--no-key", help="Also mint an API key (shown once)."

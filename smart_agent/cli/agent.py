@@ -70,7 +70,7 @@ def run(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    for noisy in () if log_level == "debug" else ("httpx", "apscheduler"):
+    for noisy in () if log_level.lower() == "debug" else ("httpx", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg, policy = load_agent_config(config)

@@ -369,8 +369,10 @@ def _run(
 def _keep_log(folder: Path, keep: bool) -> Path | None:
     """The prediction log outlives the working folder, so that the review line works."""
     log = folder / "predictions.db"
-    if keep or not log.exists():
-        return log if log.exists() else None
+    if not log.exists():
+        return None
+    if keep:
+        return log
     kept = Path(tempfile.gettempdir()) / "jitgpu-demo-predictions.db"
     # The backup API copies a consistent database, WAL included, where a file copy may not.
     with closing(sqlite3.connect(log)) as src, closing(sqlite3.connect(kept)) as dst:

@@ -278,7 +278,7 @@ def test_cue_makes_a_warm_hold_that_the_job_claims(cluster: dict) -> None:
             agent = _start_agent(
                 cluster,
                 config,
-                {"STUB_LLM_KEY": "stub-key", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                {"STUB_LLM_KEY": "stub-key"},
             )
             with (tmp / "logs" / "pipeline.log").open("a") as log:
                 log.writelines(LINES)
