@@ -240,10 +240,13 @@ def test_importing_predictors_does_not_import_litellm() -> None:
 
 def test_litellm_is_loaded_with_the_local_price_map_whatever_the_environment() -> None:
     code = (
-        "import os, sys\n"
         "from predictors.llm import load_litellm\n"
         "load_litellm()\n"
-        "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'\n"
+        "from litellm.litellm_core_utils.get_model_cost_map import "
+        "get_model_cost_map_source_info as info\n"
+        # litellm's own record: the bundled map, forced, and no remote fetch tried.
+        "got = info()\n"
+        "assert (got['source'], got['is_env_forced'], got['url']) == ('local', True, None), got\n"
     )
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "False"}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)

@@ -62,4 +62,4 @@ def test_the_model_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("JITGPU_LLM_MODEL", "openai/from-env")
     load_plugins()
     policy = make_policy("llm:conf=0.5")
-    assert policy.name == "llm:conf=0.5"
+    assert policy.forecaster.predictor.config.model == "openai/from-env"  # type: ignore[attr-defined]
