@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 from sqlmodel import Session, col, select
 
-from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow, TenantRow
+from control_plane.db.models import AllocationRow, HoldRow, NodeRow, TenantRow
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
 from control_plane.services import holds, lifecycle, placing
-from control_plane.services.events import record
+from control_plane.services.events import note
 
 # Nodes whose silence counts: an offline node has nothing left to take offline.
 WATCHED_NODE_STATUSES = (
@@ -19,28 +17,14 @@ WATCHED_NODE_STATUSES = (
 )
 
 
-def _owners(
-    session: Session, *, node_id: str | None = None, uuids: Sequence[str] = ()
-) -> tuple[set[str], set[str]]:
-    """Allocation ids and (unclaimed) hold ids with an active assignment on these GPUs."""
-    query = select(AssignmentRow.hold_id, AssignmentRow.allocation_id).where(
-        col(AssignmentRow.ended_at).is_(None)
-    )
-    if node_id is not None:
-        query = query.where(AssignmentRow.node_id == node_id)
-    else:
-        query = query.where(col(AssignmentRow.gpu_uuid).in_(list(uuids)))
-    rows = session.exec(query).all()
-    # A claimed hold's GPUs belong to its allocation: the allocation decides their fate.
-    return {a for _, a in rows if a}, {h for h, a in rows if h and not a}
+def replace_or_fail(session: Session, reasons: dict[str, str], *, now: float) -> int:
+    """Holds whose GPUs left placement (hold id -> why): re-placed on free GPUs when they fit,
+    else failed.
 
-
-def replace_or_fail(session: Session, hold_ids: Iterable[str], *, now: float, reason: str) -> int:
-    """Holds whose GPUs left placement: re-placed on free GPUs when they fit, else failed.
-
-    The most confident holds choose first. Returns how many were re-placed.
+    The most confident holds choose first, whichever node or GPU they lost. Returns how many
+    were re-placed.
     """
-    hold_rows = session.exec(select(HoldRow).where(col(HoldRow.id).in_(list(hold_ids)))).all()
+    hold_rows = session.exec(select(HoldRow).where(col(HoldRow.id).in_(list(reasons)))).all()
     if not hold_rows:
         return 0
     for hold in hold_rows:
@@ -55,6 +39,7 @@ def replace_or_fail(session: Session, hold_ids: Iterable[str], *, now: float, re
     }
     moved = 0
     for hold in sorted(hold_rows, key=lambda h: (-h.confidence, h.created_at, h.id)):
+        reason = reasons[hold.id]
         if holds.replace_hold(
             session, cluster, hold, tenants[hold.tenant_id], now=now, reason=reason
         ):
@@ -70,6 +55,13 @@ def replace_or_fail(session: Session, hold_ids: Iterable[str], *, now: float, re
     return moved
 
 
+def _split(owners: dict[str, tuple[str, str, str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """Owners by kind: allocation ids and hold ids, each with where it lost a GPU."""
+    allocs = {o: where for o, (kind, where, _) in owners.items() if kind == "allocation"}
+    held = {o: where for o, (kind, where, _) in owners.items() if kind == "hold"}
+    return allocs, held
+
+
 def take_silent_nodes_offline(session: Session, *, now: float, timeout_s: float) -> int:
     """Nodes silent for `timeout_s` go offline; their allocations are lost, holds moved."""
     silent = session.exec(
@@ -80,20 +72,21 @@ def take_silent_nodes_offline(session: Session, *, now: float, timeout_s: float)
         )
         .order_by(col(NodeRow.name))
     ).all()
+    if not silent:
+        return 0
     # All of them leave placement before any hold is re-placed, so that no hold moves onto
     # another node that is going offline in the same pass.
     for node in silent:
         lifecycle.move_node(
             session, node, NodeStatus.OFFLINE, now=now, reason=f"no heartbeat for {timeout_s:g}s"
         )
-    for node in silent:
-        reason = f"node {node.name} went offline"
-        alloc_ids, hold_ids = _owners(session, node_id=node.id)
-        for alloc in session.exec(
-            select(AllocationRow).where(col(AllocationRow.id).in_(alloc_ids))
-        ):
-            lifecycle.end_allocation(session, alloc, AllocationStatus.LOST, now=now, reason=reason)
-        replace_or_fail(session, hold_ids, now=now, reason=reason)
+    why = {node.id: f"node {node.name} went offline" for node in silent}
+    allocs, held = _split(lifecycle.active_owners(session, node_ids=why))
+    for alloc in session.exec(select(AllocationRow).where(col(AllocationRow.id).in_(list(allocs)))):
+        lifecycle.end_allocation(
+            session, alloc, AllocationStatus.LOST, now=now, reason=why[allocs[alloc.id]]
+        )
+    replace_or_fail(session, {h: why[node_id] for h, node_id in held.items()}, now=now)
     return len(silent)
 
 
@@ -105,20 +98,9 @@ def unhealthy_gpus(session: Session, reasons: dict[str, str], *, now: float) -> 
     """
     if not reasons:
         return
-    for uuid, why in sorted(reasons.items()):
-        alloc_ids, hold_ids = _owners(session, uuids=[uuid])
-        message = f"GPU {uuid} unhealthy: {why}"
-        for alloc in session.exec(
-            select(AllocationRow).where(col(AllocationRow.id).in_(alloc_ids))
-        ):
-            record(
-                session,
-                kind="allocation",
-                object_id=alloc.id,
-                tenant_id=alloc.tenant_id,
-                from_state=alloc.status,
-                to_state=alloc.status,
-                at=now,
-                reason=message,
-            )
-        replace_or_fail(session, hold_ids, now=now, reason=message)
+    owners = lifecycle.active_owners(session, uuids=reasons)
+    why = {o: f"GPU {uuid} unhealthy: {reasons[uuid]}" for o, (_, _, uuid) in owners.items()}
+    allocs, held = _split(owners)
+    for alloc in session.exec(select(AllocationRow).where(col(AllocationRow.id).in_(list(allocs)))):
+        note(session, alloc, "allocation", now=now, reason=why[alloc.id])
+    replace_or_fail(session, {h: why[h] for h in held}, now=now)

@@ -59,3 +59,17 @@ def move(
         at=now,
         reason=reason,
     )
+
+
+def note(session: Session, row: Stateful, kind: str, *, now: float, reason: str) -> None:
+    """An event about `row` that changes nothing of its state (it stays where it is)."""
+    record(
+        session,
+        kind=kind,
+        object_id=row.id,
+        tenant_id=row.tenant_id,
+        from_state=row.status,
+        to_state=row.status,
+        at=now,
+        reason=reason,
+    )

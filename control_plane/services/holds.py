@@ -15,7 +15,7 @@ from control_plane.schemas.nodes import WarmupReport
 from control_plane.services import lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Forbidden, Invalid, NotFound, QuotaExceeded
-from control_plane.services.events import move, record
+from control_plane.services.events import move, note, record
 from control_plane.services.ids import new_id
 from control_plane.services.views import hold_view
 
@@ -265,16 +265,7 @@ def replace_hold(
     hold.ready_at = None
     if hold.status == HoldStatus.PLACED.value:
         # Lost before its warm-up began: it stays placed, on other GPUs. Recorded, no move.
-        record(
-            session,
-            kind="hold",
-            object_id=hold.id,
-            tenant_id=hold.tenant_id,
-            from_state=hold.status,
-            to_state=hold.status,
-            at=now,
-            reason=f"re-placed: {reason}",
-        )
+        note(session, hold, "hold", now=now, reason=f"re-placed: {reason}")
     else:
         move(session, hold, "hold", HoldStatus.PLACED.value, now=now, reason=f"re-placed: {reason}")
     if hold.warmup is None:

@@ -146,18 +146,42 @@ def move_node(
     node.status = status.value
 
 
+def active_owners(
+    session: Session, *, node_ids: Iterable[str] = (), uuids: Iterable[str] = ()
+) -> dict[str, tuple[str, str, str]]:
+    """What has an active assignment on these nodes' GPUs, or else on these GPUs: owner id ->
+    ("allocation" | "hold", node id, GPU uuid) of one of its GPUs there. A claimed hold's GPUs
+    belong to its allocation: the allocation decides their fate."""
+    node_ids, uuids = list(node_ids), list(uuids)
+    if not node_ids and not uuids:
+        return {}
+    where = (
+        col(AssignmentRow.node_id).in_(node_ids)
+        if node_ids
+        else col(AssignmentRow.gpu_uuid).in_(uuids)
+    )
+    rows = session.exec(
+        select(
+            AssignmentRow.hold_id,
+            AssignmentRow.allocation_id,
+            AssignmentRow.node_id,
+            AssignmentRow.gpu_uuid,
+        ).where(col(AssignmentRow.ended_at).is_(None), where)
+    ).all()
+    owners: dict[str, tuple[str, str, str]] = {}
+    for hold_id, alloc_id, node_id, uuid in rows:
+        if alloc_id:
+            owners[alloc_id] = ("allocation", node_id, uuid)
+        elif hold_id:
+            owners[hold_id] = ("hold", node_id, uuid)
+    return owners
+
+
 def fail_gpu_owners(session: Session, uuids: Iterable[str], *, now: float, reason: str) -> None:
     """Whatever holds these GPUs is broken: holds fail, allocations are lost."""
-    uuids = list(uuids)
-    if not uuids:
-        return
-    owners = session.exec(
-        select(AssignmentRow.hold_id, AssignmentRow.allocation_id).where(
-            col(AssignmentRow.ended_at).is_(None), col(AssignmentRow.gpu_uuid).in_(uuids)
-        )
-    ).all()
-    alloc_ids = {a for _, a in owners if a}
-    hold_ids = {h for h, a in owners if h and not a}
+    owners = active_owners(session, uuids=uuids)
+    alloc_ids = {o for o, (kind, _, _) in owners.items() if kind == "allocation"}
+    hold_ids = {o for o, (kind, _, _) in owners.items() if kind == "hold"}
     for alloc in session.exec(select(AllocationRow).where(col(AllocationRow.id).in_(alloc_ids))):
         end_allocation(session, alloc, AllocationStatus.LOST, now=now, reason=reason)
     for hold in session.exec(select(HoldRow).where(col(HoldRow.id).in_(hold_ids))):

@@ -231,6 +231,32 @@ def test_liveness_fails_a_hold_it_cannot_replace_and_says_why(
     assert all(g["assigned_to"] is None for g in api.http.get("/v1/gpus", headers=ADMIN).json())
 
 
+def test_liveness_lets_the_most_confident_hold_choose_first_across_dead_nodes(
+    api: Api, db: Database, settings: ServerSettings
+) -> None:
+    _, headers = api.tenant(quota=4)
+
+    def hold_on(node: str, confidence: float) -> dict:
+        # One single-GPU node registered at a time: the hold can only land on it.
+        node_id = api.node(node, gpus=1)["id"]
+        body = {"gpu_count": 1, "ttl_s": 3600, "confidence": confidence}
+        made = api.http.post("/v1/holds", json=body, headers=headers).json()
+        assert made["gpus"][0]["node_id"] == node_id
+        return made
+
+    # The weak hold's node goes offline first (by name): per node, it would choose first.
+    weak, strong = hold_on("n1", 0.2), hold_on("n2", 0.9)
+    spare = api.node("n3", gpus=1)["id"]
+    api.clock.advance(settings.heartbeat_timeout_s + 1)
+    api.http.post(f"/v1/nodes/{spare}/heartbeat", json={}, headers=ADMIN)
+    api.http.app.state.heartbeats.flush(db)
+    assert liveness(db, settings, api.clock.now) == 2
+    moved = api.http.get(f"/v1/holds/{strong['id']}", headers=headers).json()
+    assert moved["status"] == "ready" and moved["gpus"][0]["node_id"] == spare
+    failed = api.http.get(f"/v1/holds/{weak['id']}", headers=headers).json()
+    assert failed["status"] == "failed" and "no capacity" in failed["reason"]
+
+
 def _world(db: Database) -> dict[str, list[dict]]:
     """Everything a job may change: assignment state, nodes, GPUs, events, idempotency keys."""
     from sqlmodel import select
