@@ -104,6 +104,10 @@ class JobRunner:
         except Exception:
             held = None
         if held is None:
+            log.warning(
+                "another server seems to run the jobs on this SQLite file; SQLite supports one "
+                "replica only: use PostgreSQL for several"
+            )
             return
         holder, until = held
         when = datetime.fromtimestamp(until, tz=UTC).isoformat(timespec="seconds")

@@ -12,10 +12,6 @@ from control_plane.schemas.enums import ACTIVE_ALLOCATION_STATUSES, AllocationSt
 from control_plane.services import claims, granting, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import NotFound
-from control_plane.services.events import record
-
-# Queued requests are placed by the same code whichever use case freed the GPUs.
-from control_plane.services.granting import schedule_pending
 from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
@@ -74,22 +70,22 @@ def create(
         warmup=body.warmup,
         command_json=json.dumps(body.command) if body.command else None,
     )
+    if wait is not None:
+        return _queue(session, alloc, now=now, reason=f"queued: {wait}")
     cluster = placing.load_cluster(session)
-    choice = None if wait is not None else granting.choose(session, cluster, alloc)
+    choice = granting.choose(session, cluster, alloc)
     if choice is None:
-        session.add(alloc)
-        record(
-            session,
-            kind="allocation",
-            object_id=alloc.id,
-            tenant_id=tenant_id,
-            to_state=alloc.status,
-            at=now,
-            reason=f"queued: {wait}" if wait is not None else "queued: no GPUs free",
-        )
-        return 202, allocation_view(session, alloc, gpus=[])
+        return _queue(session, alloc, now=now, reason="queued: no GPUs free")
     gpus = granting.apply(session, alloc, choice, now=now, queued=False)
     return 201, allocation_view(session, alloc, gpus=cluster.describe(gpus))
+
+
+def _queue(
+    session: Session, alloc: AllocationRow, *, now: float, reason: str
+) -> tuple[int, Allocation]:
+    session.add(alloc)
+    granting.record_new(session, alloc, now=now, reason=reason)
+    return 202, allocation_view(session, alloc, gpus=[])
 
 
 def release(
@@ -101,7 +97,7 @@ def release(
         freed = lifecycle.end_allocation(
             session, alloc, AllocationStatus.RELEASED, now=now, reason="released by client"
         )
-        schedule_pending(session, now=now)
+        granting.schedule_pending(session, now=now)
         return allocation_view(session, alloc, gpus=placing.load_cluster(session).describe(freed))
     if alloc.status == AllocationStatus.PENDING.value:
         lifecycle.end_allocation(

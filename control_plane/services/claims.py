@@ -13,7 +13,7 @@ from control_plane.schemas.enums import AllocationStatus, HoldStatus
 from control_plane.services import granting, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Conflict, Invalid, NotFound, QuotaExceeded
-from control_plane.services.events import move, record
+from control_plane.services.events import move
 from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
@@ -91,15 +91,7 @@ def claim(
         # The hold stays as it is, warm, for a claim once the borrowed GPUs are back.
         raise QuotaExceeded(f"{wait}; the hold is kept: claim it again then", field="gpu_count")
     session.add(alloc)
-    record(
-        session,
-        kind="allocation",
-        object_id=alloc.id,
-        tenant_id=tenant.id,
-        to_state=alloc.status,
-        at=now,
-        reason=f"claim of hold {hold.id}",
-    )
+    granting.record_new(session, alloc, now=now, reason=f"claim of hold {hold.id}")
     was = hold.status
     hold.allocation_id = alloc.id
     part = f"{count} of {hold.gpu_count} GPUs" if count < hold.gpu_count else None

@@ -99,16 +99,21 @@ def apply(
         # Added only now, so that the row is inserted once, in its final state.
         alloc.status = AllocationStatus.ALLOCATED.value
         session.add(alloc)
-        record(
-            session,
-            kind="allocation",
-            object_id=alloc.id,
-            tenant_id=alloc.tenant_id,
-            to_state=alloc.status,
-            at=now,
-            reason=reason + " at once",
-        )
+        record_new(session, alloc, now=now, reason=reason + " at once")
     return [uuid for uuid, _ in gpus]
+
+
+def record_new(session: Session, alloc: AllocationRow, *, now: float, reason: str) -> None:
+    """The event of an allocation's first state (it has no state before)."""
+    record(
+        session,
+        kind="allocation",
+        object_id=alloc.id,
+        tenant_id=alloc.tenant_id,
+        to_state=alloc.status,
+        at=now,
+        reason=reason,
+    )
 
 
 def try_place(
@@ -140,27 +145,28 @@ def schedule_pending(session: Session, *, now: float, limit: int = 200) -> int:
     views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]
     cluster = placing.load_cluster(session)
     limits = {t.id: quota_of(t).limit for t in tenants}
-    allocated: dict[str, int] = {}
+    allocated = _allocated_gpus(session, {a.tenant_id for a in pending})
     placed = 0
     for view in order_pending(views, factors, now):
         alloc = by_id[view.id]
-        if alloc.tenant_id not in allocated:
-            allocated[alloc.tenant_id] = _allocated_gpus(session, alloc.tenant_id)
         # A request queued for GPUs lent to its tenant's other class waits for their return:
         # the tenant never runs more than quota + burst at once.
-        if allocated[alloc.tenant_id] + alloc.gpu_count > limits[alloc.tenant_id]:
+        if allocated.get(alloc.tenant_id, 0) + alloc.gpu_count > limits[alloc.tenant_id]:
             continue
         if try_place(session, cluster, alloc, now=now):
-            allocated[alloc.tenant_id] += alloc.gpu_count
+            allocated[alloc.tenant_id] = allocated.get(alloc.tenant_id, 0) + alloc.gpu_count
             placed += 1
     return placed
 
 
-def _allocated_gpus(session: Session, tenant_id: str) -> int:
-    total = session.exec(
-        select(func.coalesce(func.sum(AllocationRow.gpu_count), 0)).where(
-            AllocationRow.tenant_id == tenant_id,
+def _allocated_gpus(session: Session, tenant_ids: set[str]) -> dict[str, int]:
+    """GPUs each of these tenants has allocated now, in one query."""
+    rows = session.exec(
+        select(AllocationRow.tenant_id, func.sum(AllocationRow.gpu_count))
+        .where(
+            col(AllocationRow.tenant_id).in_(tenant_ids),
             AllocationRow.status == AllocationStatus.ALLOCATED.value,
         )
-    ).one()
-    return int(total)
+        .group_by(AllocationRow.tenant_id)
+    ).all()
+    return {tenant: int(total or 0) for tenant, total in rows}

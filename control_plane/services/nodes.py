@@ -230,10 +230,6 @@ def _wanted(status: str, drain_requested_at: float | None, body: Heartbeat) -> N
     return None if status == wanted.value else wanted
 
 
-def _wanted_status(node: NodeRow, body: Heartbeat) -> NodeStatus | None:
-    return _wanted(node.status, node.drain_requested_at, body)
-
-
 def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float) -> None:
     reported = {g.uuid: g for g in body.gpus}
     sick: dict[str, str] = {}
@@ -255,7 +251,7 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
                 sick[gpu.uuid] = gpu.health_reason or "unhealthy"
     # A hold must not be claimed onto a broken GPU: it moves (or fails) like a dead node's.
     evacuate.unhealthy_gpus(session, sick, now=now)
-    wanted = _wanted_status(node, body)
+    wanted = _wanted(node.status, node.drain_requested_at, body)
     if wanted is not None:
         if wanted != NodeStatus.DRAINING:
             reason = "heartbeat"

@@ -7,7 +7,7 @@ from sqlmodel import Session, col, delete, select
 from control_plane.db.models import AllocationRow, EventRow, HoldRow, IdempotencyRow, TenantRow
 from control_plane.schemas.enums import AllocationStatus, HoldStatus
 from control_plane.services import holds, lifecycle, placing
-from control_plane.services.allocations import schedule_pending
+from control_plane.services.granting import schedule_pending
 
 
 def expire_and_activate(session: Session, *, now: float) -> int:

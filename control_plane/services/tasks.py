@@ -9,8 +9,8 @@ from control_plane.schemas.allocations import Allocation
 from control_plane.schemas.enums import AllocationStatus, TaskStatus
 from control_plane.schemas.nodes import TaskReport, WarmupReport
 from control_plane.services import lifecycle
-from control_plane.services.allocations import schedule_pending
 from control_plane.services.errors import NotFound
+from control_plane.services.granting import schedule_pending
 from control_plane.services.views import allocation_view
 
 FINAL = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)

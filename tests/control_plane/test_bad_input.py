@@ -94,10 +94,15 @@ def test_reported_output_keeps_its_report_with_unsafe_characters_replaced(api: A
         headers=ADMIN,
     )
     assert r.status_code == 200, r.text
-    assert r.json()["status"] == "failed"
+    failed = r.json()
+    assert failed["status"] == "failed"
+    # Kept, with what the databases cannot store (or a terminal would act on) replaced.
+    assert "bad\ufffd\ufffd[0m" in failed["reason"] and "\u0000" not in failed["reason"]
     beat = {"gpus": [{"uuid": "GPU-n1-0", "healthy": False, "reason": "xid\u0000 79"}]}
     r = api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json=beat, headers=ADMIN)
     assert r.status_code == 200, r.text
+    events = api.http.get("/v1/events?object_id=GPU-n1-0", headers=ADMIN).json()
+    assert [e["reason"] for e in events if e["to_state"] == "unhealthy"] == ["xid\ufffd 79"]
 
 
 @pytest.mark.parametrize(

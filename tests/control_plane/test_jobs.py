@@ -7,7 +7,7 @@ from control_plane.db.engine import Database
 from control_plane.jobs import leader
 from control_plane.jobs.registry import hold_lifecycle, liveness, retention
 from tests.control_plane.conftest import ADMIN, Api
-from tests.support.state import assignment_state
+from tests.support.state import ASSIGNMENT_TABLES, assignment_state
 
 
 def _status(api: Api, path: str, headers: dict) -> str:
@@ -259,16 +259,10 @@ def test_liveness_lets_the_most_confident_hold_choose_first_across_dead_nodes(
 
 def _world(db: Database) -> dict[str, list[dict]]:
     """Everything a job may change: assignment state, nodes, GPUs, events, idempotency keys."""
-    from sqlmodel import select
-
     from control_plane.db.models import EventRow, GpuRow, IdempotencyRow, NodeRow
 
-    state = assignment_state(db)
-    with db.read() as session:
-        for table in (NodeRow, GpuRow, EventRow, IdempotencyRow):
-            rows = [row.model_dump() for row in session.exec(select(table)).all()]
-            state[table.__name__] = sorted(rows, key=lambda r: str(r.get("id", r.get("uuid"))))
-    return state
+    extra = (NodeRow, GpuRow, EventRow, IdempotencyRow)
+    return assignment_state(db, (*ASSIGNMENT_TABLES, *extra))
 
 
 def test_every_job_run_twice_at_the_same_now_changes_nothing_the_second_time(
