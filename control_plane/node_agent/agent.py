@@ -174,11 +174,6 @@ class Agent:
             self.status = reply.status.value
         self.work.apply(reply.assignments)
 
-    @property
-    def drained(self) -> bool:
-        """Whether the control plane has this node draining (by its own drain or an admin's)."""
-        return self.status == NodeStatus.DRAINING.value
-
     def flush(self) -> None:
         """Send every due report; raises Unreachable (the rest wait for the next round)."""
         if self.node_id is None:

@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-from control_plane.schemas.common import GPU_MODEL_PATTERN, MAX_NAME_LEN, NAME_PATTERN
+from control_plane.schemas.common import MAX_NAME_LEN, NAME_PATTERN, GpuModel
 
 ENV_KEYS = {"JITGPU_SERVER": "server", "JITGPU_NODE_TOKEN": "token"}
 
@@ -99,7 +99,7 @@ DEFAULT_PROFILE: list[Action] = [
 
 class SimulatedConfig(_Strict):
     count: int = Field(default=4, ge=0, le=64)
-    model: str = Field(default="A100", min_length=1, max_length=64, pattern=GPU_MODEL_PATTERN)
+    model: GpuModel = "A100"
     memory_mb: int = Field(default=81920, ge=0, le=10_000_000)
     faults_file: Path | None = None
 
@@ -125,9 +125,7 @@ class AgentConfig(_Strict):
     backend: Literal["auto", "nvml", "simulated"] = "auto"
     simulated: SimulatedConfig = Field(default_factory=SimulatedConfig)
     # Aliases become the scheduler's model names: they must be names the control plane takes.
-    model_aliases: dict[str, Annotated[str, Field(max_length=64, pattern=GPU_MODEL_PATTERN)]] = (
-        Field(default_factory=dict)
-    )
+    model_aliases: dict[str, GpuModel] = Field(default_factory=dict)
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)

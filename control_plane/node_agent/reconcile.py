@@ -112,7 +112,7 @@ class Work:
             local.claimed = True
             local.gpu_uuids = [u for u in local.gpu_uuids if u in kept]
             return
-        if kept and not claimed:
+        if local.warming and kept and not claimed:
             self._partly_claimed(local, kept)
             return
         if local.warming and claimed:
@@ -122,14 +122,19 @@ class Work:
         if local.warming:
             log.info("hold %s: ended on the control plane; stopping its warm-up", local.id)
             self._cancel_hold(local)
-        elif claimed:
-            log.info("hold %s: claimed; its GPUs now serve the allocation", local.id)
+        elif kept:
+            log.info(
+                "hold %s: %d of its %d GPU(s) claimed; they now serve the allocation",
+                local.id,
+                len(kept),
+                len(local.gpu_uuids),
+            )
         else:
             log.info("hold %s: ended on the control plane (cancelled, expired or moved)", local.id)
         self.holds.pop(local.id, None)
 
     def _partly_claimed(self, local: LocalHold, kept: set[str]) -> None:
-        """A job took some of the hold's GPUs and the control plane gave the others back.
+        """A job took some of a warming hold's GPUs and the control plane gave the others back.
 
         A warm-up is one process on all the hold's GPUs and cannot shrink, so it stops (the
         GPUs given back may already be another's) and starts again on the kept GPUs only.
@@ -137,10 +142,6 @@ class Work:
         """
         gpus = [u for u in local.gpu_uuids if u in kept]
         released = len(local.gpu_uuids) - len(gpus)
-        if not local.warming:
-            log.info("hold %s: %d GPU(s) claimed, %d released", local.id, len(gpus), released)
-            self.holds.pop(local.id, None)
-            return
         log.info(
             "hold %s: %d GPU(s) claimed mid-warm-up, %d released; warming the kept ones again",
             local.id,

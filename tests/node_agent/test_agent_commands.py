@@ -77,10 +77,10 @@ def test_a_drain_from_the_control_plane_reaches_the_agent_and_keeps_its_work(
     for _ in range(2):  # its own heartbeats (not draining) leave the drain in place
         cp.clock.advance(1)
         assert agent.round() == agent.cfg.heartbeat_interval_s
-        assert agent.drained and cp.node("node-1")["status"] == "draining"
+        assert agent.status == cp.node("node-1")["status"] == "draining"
     assert set(agent.work.holds) == {hold["id"]}  # what it holds goes on
-    r = cp.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 600}, headers=cp.tenant)
-    assert r.json()["status"] == "requested"  # nothing new is placed here
-    cp.http.post(f"/v1/nodes/{node_id}/undrain", headers=ADMIN)
+    assert cp.hold(gpu_count=1)["status"] == "requested"  # nothing new is placed here
+    r = cp.http.post(f"/v1/nodes/{node_id}/undrain", headers=ADMIN)
+    assert r.status_code == 200, r.text
     agent.round()
-    assert not agent.drained and agent.status == "online"
+    assert agent.status == cp.node("node-1")["status"] == "online"
