@@ -224,15 +224,16 @@ class Fragmentation:
     whole_free_nodes: int
     whole_free_leaves: int
     partial_nodes: int
-    whole_free_leaf_gpus: int = 0
+    whole_free_node_gpus: int
+    whole_free_leaf_gpus: int
 
-    def score(self, gpus_per_node: int) -> float:
+    def score(self) -> float:
         """Mean of the shares of free GPUs outside whole free nodes and outside whole free
         leaves: 0 when every free GPU is in a whole free leaf, 1 when no node is whole."""
         if not self.free_gpus:
             return 0.0
-        in_nodes = min(1.0, self.whole_free_nodes * gpus_per_node / self.free_gpus)
-        in_leaves = min(in_nodes, self.whole_free_leaf_gpus / self.free_gpus)
+        in_nodes = self.whole_free_node_gpus / self.free_gpus
+        in_leaves = self.whole_free_leaf_gpus / self.free_gpus
         return 1.0 - (in_nodes + in_leaves) / 2
 
 
@@ -240,13 +241,14 @@ def fragmentation(state: ClusterState, model: str) -> Fragmentation:
     """Whole free nodes and leaves left for a model (what placement tries to keep)."""
     idx = state.model_index(model)
     if idx is None:
-        return Fragmentation(0, 0, 0, 0)
-    whole_nodes = partial = 0
+        return Fragmentation(0, 0, 0, 0, 0, 0)
+    whole_nodes = partial = node_gpus = 0
     for free, total in zip(idx.node_free, idx.node_total, strict=True):
         if total and free == total:
             whole_nodes += 1
+            node_gpus += total
         elif free:
             partial += 1
     whole = [lf for lf in idx.leaves if idx.leaf_free[lf] == idx.leaf_total[lf]]
     leaf_gpus = sum(idx.leaf_total[lf] for lf in whole)
-    return Fragmentation(idx.free, whole_nodes, len(whole), partial, leaf_gpus)
+    return Fragmentation(idx.free, whole_nodes, len(whole), partial, node_gpus, leaf_gpus)

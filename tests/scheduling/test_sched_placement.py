@@ -224,14 +224,14 @@ def test_consolidated_leaves_more_whole_nodes_than_distributed() -> None:
         results[strategy] = fragmentation(state, "gpu")
     assert results[Strategy.CONSOLIDATED].whole_free_nodes == 14
     assert results[Strategy.DISTRIBUTED].whole_free_nodes < 14
-    assert results[Strategy.CONSOLIDATED].score(8) < results[Strategy.DISTRIBUTED].score(8)
+    assert results[Strategy.CONSOLIDATED].score() < results[Strategy.DISTRIBUTED].score()
 
 
 def test_fragmentation_score_counts_whole_free_leaves() -> None:
     layout = {("s0", f"leaf{lf}"): {f"n{2 * lf}": 8, f"n{2 * lf + 1}": 8} for lf in range(3)}
     empty = fragmentation(_cluster(layout), "A100")
     assert (empty.whole_free_leaves, empty.whole_free_leaf_gpus) == (3, 48)
-    assert empty.score(8) == 0.0
+    assert empty.score() == 0.0
     # Two used nodes in one leaf or in two: four whole free nodes either way, but one whole
     # free leaf fewer when they are spread, which scores worse.
     packed, spread = _cluster(layout), _cluster(layout)
@@ -242,12 +242,12 @@ def test_fragmentation_score_counts_whole_free_leaves() -> None:
     a, b = fragmentation(packed, "A100"), fragmentation(spread, "A100")
     assert a.whole_free_nodes == b.whole_free_nodes == 4
     assert (a.whole_free_leaf_gpus, b.whole_free_leaf_gpus) == (32, 16)
-    assert a.score(8) == 0.0 and b.score(8) == 0.25
+    assert a.score() == 0.0 and b.score() == 0.25
     # No whole node at all: the worst score.
     scattered = _cluster(layout)
     for n in range(6):
         _take_on(scattered, f"n{n}", 1)
-    assert fragmentation(scattered, "A100").score(8) == 1.0
+    assert fragmentation(scattered, "A100").score() == 1.0
 
 
 def test_request_of_zero_gpus_is_an_error() -> None:
