@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_PROMPT = "forecast/v1"
+# The LLM a user names in the environment (for the demo and `jitgpu replay --policy llm`).
+ENV_SETTINGS = {
+    "model": "JITGPU_LLM_MODEL",
+    "api_base": "JITGPU_LLM_API_BASE",
+    "api_key_env": "JITGPU_LLM_KEY_ENV",
+}
+
+
+def settings_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`LlmConfig` settings from the JITGPU_LLM_* variables that are set (and not empty)."""
+    return {key: environ[var] for key, var in ENV_SETTINGS.items() if environ.get(var)}
 
 
 class LlmConfig(BaseModel):

@@ -11,63 +11,46 @@ replay then behaves as reactive for that user until the next call).
 
 from __future__ import annotations
 
-import os
-
 from control_plane.replay.forecast import ForecastPolicy
-from control_plane.replay.policies import Policy, number, parse_options, register_policy
+from control_plane.replay.policies import Policy, parse_options, register_policy
 from control_plane.replay.predictor_policies import ADAPTER, adapt
 
 MODEL_ENV = "JITGPU_LLM_MODEL"
-LLM_OPTIONS = (
-    "model",
-    "api_base",
-    "key_env",
-    "calls_per_hour",
-    "usd_per_day",
-    "timeout",
-    "prompt",
-)
+# Option of the spec -> the LlmConfig setting it gives.
+LLM_OPTIONS = {
+    "model": "model",
+    "api_base": "api_base",
+    "key_env": "api_key_env",
+    "calls_per_hour": "calls_per_hour",
+    "usd_per_day": "usd_per_day",
+    "timeout": "timeout_s",
+    "prompt": "prompt",
+}
 
 
 def _llm(arg: str | None) -> Policy:
-    options = parse_options(arg, allowed=(*LLM_OPTIONS, *ADAPTER))
-    model = options.get("model") or os.environ.get(MODEL_ENV)
-    if not model:
-        raise ValueError(
-            f"no model configured: give llm:model=NAME (any litellm model; api_base=URL for an "
-            f"OpenAI-compatible server, key_env=VAR for its key) or set {MODEL_ENV}"
-        )
-    settings: dict[str, object] = {"model": model}
-    api_base = options.get("api_base") or os.environ.get("JITGPU_LLM_API_BASE")
-    key_env = options.get("key_env") or os.environ.get("JITGPU_LLM_KEY_ENV")
-    if api_base:
-        settings["api_base"] = api_base
-    if key_env:
-        settings["api_key_env"] = key_env
-    if "calls_per_hour" in options:
-        calls = number(options, "calls_per_hour", 0.0)
-        if calls != int(calls):
-            raise ValueError("option 'calls_per_hour': must be a whole number")
-        settings["calls_per_hour"] = int(calls)
-    if "usd_per_day" in options:
-        settings["usd_per_day"] = number(options, "usd_per_day", 0.0)
-    if "timeout" in options:
-        settings["timeout_s"] = number(options, "timeout", 20.0, minimum=0.1)
-    if "prompt" in options:
-        settings["prompt"] = options["prompt"]
     # litellm is heavy: the predictor module (and litellm itself, at the first call) loads
     # only when this policy is built.
     from pydantic import ValidationError
 
     from predictors.llm import LlmPredictor
-    from predictors.llm_config import LlmConfig
+    from predictors.llm_config import LlmConfig, settings_from_env
 
+    options = parse_options(arg, allowed=(*LLM_OPTIONS, *ADAPTER))
+    settings: dict[str, str] = settings_from_env()
+    settings.update({field: options[opt] for opt, field in LLM_OPTIONS.items() if opt in options})
+    if not settings.get("model"):
+        raise ValueError(
+            f"no model configured: give llm:model=NAME (any litellm model; api_base=URL for an "
+            f"OpenAI-compatible server, key_env=VAR for its key) or set {MODEL_ENV}"
+        )
     try:
-        config = LlmConfig(**settings)  # type: ignore[arg-type]
+        config = LlmConfig.model_validate(settings)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"option {where!r}: {first['msg']}") from None
+        field = str(first["loc"][0])
+        option = next((o for o, f in LLM_OPTIONS.items() if f == field), field)
+        raise ValueError(f"option {option!r}: {first['msg']}") from None
     policy: ForecastPolicy = adapt(LlmPredictor(config), options)
     return policy
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from predictors.llm_config import settings_from_env
 from smart_agent.demo.pipeline import ROUNDS, TRAIN, Round, run_pipeline
 
 JITGPU = [sys.executable, "-m", "smart_agent.cli.main"]
@@ -137,7 +138,7 @@ class Demo:
 def _configs(demo: Demo, key_env: str) -> Path:
     folder = demo.folder
     (folder / "logs").mkdir()
-    llm = os.environ.get("JITGPU_LLM_MODEL")
+    llm = settings_from_env()
     policy = {
         "min_confidence": 0.3,
         "lead_s": 30,
@@ -148,23 +149,11 @@ def _configs(demo: Demo, key_env: str) -> Path:
         "daily_idle_gpu_hours": 2,
         "cooldown_s": {"default": 20},
         "cancel_below": 0.05,
-        "predictors": ["burst", "cues", "histogram"] + (["llm"] if llm else []),
+        "predictors": ["burst", "cues", "histogram"] + (["llm"] if "model" in llm else []),
         "warmup": {"default": "demo"},
     }
-    if llm:
-        policy["llm"] = {
-            "model": llm,
-            "calls_per_hour": 60,
-            "usd_per_day": 0.5,
-            **{
-                key: os.environ[var]
-                for key, var in (
-                    ("api_base", "JITGPU_LLM_API_BASE"),
-                    ("api_key_env", "JITGPU_LLM_KEY_ENV"),
-                )
-                if os.environ.get(var)
-            },
-        }
+    if "model" in llm:
+        policy["llm"] = {"calls_per_hour": 60, "usd_per_day": 0.5, **llm}
     (folder / "prewarm-policy.yaml").write_text(yaml.safe_dump(policy))
     agent = {
         "server": demo.url,

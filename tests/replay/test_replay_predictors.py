@@ -95,8 +95,9 @@ def test_every_predictor_policy_is_registered_and_runs_on_the_slice() -> None:
         ("ensemble:members=burst+llm", "'members'"),
         ("ensemble:mode=vote", "'mode': 'vote' is not one of"),
         ("llm", "no model configured: give llm:model=NAME"),
-        ("llm:model=m,calls_per_hour=1.5", "'calls_per_hour': must be a whole number"),
-        ("llm:model=m,key_env=not-a-name", "option 'api_key_env'"),
+        ("llm:model=m,calls_per_hour=1.5", "'calls_per_hour': Input should be a valid integer"),
+        ("llm:model=m,key_env=not-a-name", "option 'key_env': String should match pattern"),
+        ("llm:model=m,timeout=0", "option 'timeout': Input should be greater than 0"),
         ("llm:model=m,temperature=1", "unknown option 'temperature'"),
     ],
 )
