@@ -16,8 +16,10 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
+import psutil
 from machine import REPO, describe
 
 from tests.support.pg import TempPostgres
@@ -77,9 +79,19 @@ def one_run(db: str, args: argparse.Namespace, tmp: Path, pg: TempPostgres | Non
         server.wait_ready()
         token = prepare(server, args.nodes)
         run_wrk(server.url, token, seconds=2, connections=args.connections, threads=1)  # warm
-        return run_wrk(
+        # What limits the rate: the server process's CPU (100% = one core) and the machine's.
+        proc = psutil.Process(server.popen.pid)  # type: ignore[union-attr]
+        before, machine_before, started = proc.cpu_times(), psutil.cpu_times(), time.monotonic()
+        result = run_wrk(
             server.url, token, seconds=args.seconds, connections=args.connections, threads=1
         )
+        elapsed = time.monotonic() - started
+        after, machine_after = proc.cpu_times(), psutil.cpu_times()
+        used = (after.user - before.user) + (after.system - before.system)
+        idle = machine_after.idle - machine_before.idle
+        result["server_cpu_pct"] = 100 * used / elapsed
+        result["machine_busy_pct"] = 100 * (1 - idle / (elapsed * (psutil.cpu_count() or 1)))
+        return result
     finally:
         server.stop()
         if not pg:
@@ -108,7 +120,15 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     med = {
         k: statistics.median(r[k] for r in runs)
-        for k in ("allocations_per_s", "requests_per_s", "p50_ms", "p90_ms", "p99_ms")
+        for k in (
+            "allocations_per_s",
+            "requests_per_s",
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "server_cpu_pct",
+            "machine_busy_pct",
+        )
     }
     errors = sum(r["errors"] for r in runs)
     label = args.db + (f" (synchronous={args.synchronous})" if args.db == "sqlite" else "")
@@ -118,6 +138,10 @@ def main() -> None:
         f"({med['requests_per_s']:.0f} requests/s), latency p50 {med['p50_ms']:.1f} ms, "
         f"p90 {med['p90_ms']:.1f} ms, p99 {med['p99_ms']:.1f} ms; median of {args.runs} runs "
         f"x {args.seconds}s, {args.connections} connections, errors {errors}"
+    )
+    print(
+        f"server process {med['server_cpu_pct']:.0f}% of one core, machine "
+        f"{med['machine_busy_pct']:.0f}% busy (both cores, wrk included)"
     )
     print(
         "runs:",

@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from alloc_throughput import ADMIN, run_wrk
@@ -147,15 +146,15 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
                     server.url,
                     ids,
                     node_token,
-                    args.seconds + 2,
+                    args.seconds,
                     tmp,
                     connections=PACED_CONNECTIONS,
                     delay_ms=max(1.0, 1000 * PACED_CONNECTIONS / args.rate - 60),
                 )
             )
         )
+        # Both run over the same seconds, so the heartbeat rate is the one under that load.
         pacer.start()
-        time.sleep(1)
         busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
         pacer.join()
         return {
