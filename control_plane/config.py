@@ -35,6 +35,12 @@ class ServerSettings(BaseModel):
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="json", pattern="^(json|text)$")
     migrate: bool = True
+    max_queued_per_tenant: int = Field(
+        default=10_000,
+        ge=0,
+        le=10_000_000,
+        description="Requests a tenant may have waiting beyond its quota; past it: 429.",
+    )
 
 
 ENV_KEYS = {
@@ -50,6 +56,7 @@ ENV_KEYS = {
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
     "JITGPU_LOG_FORMAT": "log_format",
+    "JITGPU_MAX_QUEUED_PER_TENANT": "max_queued_per_tenant",
 }
 
 

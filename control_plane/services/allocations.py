@@ -11,7 +11,7 @@ from control_plane.schemas.allocations import Allocation, AllocationCreate, Hold
 from control_plane.schemas.enums import ACTIVE_ALLOCATION_STATUSES, AllocationStatus
 from control_plane.services import claims, granting, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
-from control_plane.services.errors import NotFound
+from control_plane.services.errors import NotFound, QueueFull
 from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
@@ -33,10 +33,19 @@ def answer(alloc: Allocation) -> tuple[int, Allocation]:
     return (202 if alloc.status == AllocationStatus.PENDING else 201), alloc
 
 
+DEFAULT_MAX_QUEUED = 10_000
+
+
 def create(
-    session: Session, *, tenant_id: str, body: AllocationCreate, now: float
+    session: Session,
+    *,
+    tenant_id: str,
+    body: AllocationCreate,
+    now: float,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> tuple[int, Allocation]:
-    """Place now (201), queue (202) or refuse (429). Runs inside the caller's transaction."""
+    """Place now (201) or queue (202); refuse (429) only a request that could never run or one
+    past the tenant's `max_queued` waiting requests. Runs inside the caller's transaction."""
     tenant = ensure_tenant(session, tenant_id)
     if body.hold_id is not None:
         # Naming a hold claims as many of its GPUs as asked for (422 if more than it has).
@@ -55,7 +64,14 @@ def create(
         if match is not None:
             claim = HoldClaim(lease_s=body.lease_s, command=body.command, label=body.label)
             return answer(claims.claim(session, tenant, match, claim, now=now))
-    wait = granting.admit(session, tenant, body)
+    waiting = granting.queued(session, tenant_id)
+    if waiting >= max_queued:
+        raise QueueFull(
+            f"{waiting} requests of this tenant already wait in the queue, the most allowed; "
+            "release or cancel some, or wait for them to run",
+            field="gpu_count",
+        )
+    wait = granting.admit(session, tenant, body, queue_over_quota=True)
     alloc = AllocationRow(
         id=new_id("alloc"),
         tenant_id=tenant_id,
@@ -72,6 +88,13 @@ def create(
     )
     if wait is not None:
         return _queue(session, alloc, now=now, reason=f"queued: {wait}")
+    if waiting:
+        # Behind the tenant's own waiting requests, never ahead of them: the queue's order
+        # decides, and serves this one at once if it reaches it.
+        _queue(session, alloc, now=now, reason="queued behind the tenant's waiting requests")
+        session.flush()
+        granting.schedule_pending(session, now=now)
+        return answer(allocation_view(session, alloc))
     cluster = placing.load_cluster(session)
     choice = granting.choose(session, cluster, alloc)
     if choice is None:

@@ -47,6 +47,12 @@ class QuotaExceeded(ServiceError):
     code = "quota_exceeded"
 
 
+class QueueFull(QuotaExceeded):
+    """The tenant's queue of waiting requests is at its configured limit."""
+
+    code = "queue_full"
+
+
 class Unavailable(ServiceError):
     status_code = 503
     code = "unavailable"

@@ -23,13 +23,18 @@ from control_plane.services.events import move, record
 
 
 def usage(session: Session, tenant_id: str) -> TenantUsage:
-    """GPUs the tenant holds or waits for now (pending requests count: no queue-jumping)."""
-    rows = session.connection().execute(sql.ACTIVE_BY_CLASS, {"tenant": tenant_id}).all()
+    """GPUs the tenant has allocated now: the quota limits what runs, not what waits."""
+    rows = session.connection().execute(sql.ALLOCATED_BY_CLASS, {"tenant": tenant_id}).all()
     by_class = {job_class: int(total or 0) for job_class, total in rows}
     return TenantUsage(
         online_gpus=by_class.get(JobClass.ONLINE.value, 0),
         batch_gpus=by_class.get(JobClass.BATCH.value, 0),
     )
+
+
+def queued(session: Session, tenant_id: str) -> int:
+    """How many of the tenant's requests wait in the queue now."""
+    return int(session.connection().execute(sql.QUEUED_COUNT, {"tenant": tenant_id}).scalar_one())
 
 
 def quota_of(tenant: TenantRow) -> TenantQuota:
@@ -41,15 +46,25 @@ def quota_of(tenant: TenantRow) -> TenantQuota:
 
 
 def admit(
-    session: Session, tenant: TenantRow, body: AllocationCreate | AllocationRow
+    session: Session,
+    tenant: TenantRow,
+    body: AllocationCreate | AllocationRow,
+    *,
+    queue_over_quota: bool = False,
 ) -> str | None:
-    """Refuse at once (429) what would take the tenant over its quota plus burst.
+    """Refuse at once (429) what would take the tenant over its quota plus burst, or, with
+    `queue_over_quota`, queue it until the tenant's running GPUs leave room.
 
     Returns None when admitted, or the reason to queue: a class asking within its own
-    guarantee waits for the GPUs the other class borrowed from it.
+    guarantee also waits for the GPUs the other class borrowed from it. A request larger than
+    quota + burst could never run, and is refused either way.
     """
     decision = check_quota(
-        quota_of(tenant), usage(session, tenant.id), body.gpu_count, JobClass(body.job_class)
+        quota_of(tenant),
+        usage(session, tenant.id),
+        body.gpu_count,
+        JobClass(body.job_class),
+        queue_over_quota=queue_over_quota,
     )
     if decision.verdict == QuotaVerdict.QUEUE:
         return decision.reason
@@ -126,17 +141,38 @@ def try_place(
     return True
 
 
-def schedule_pending(session: Session, *, now: float, limit: int = 200) -> int:
-    """Place queued allocations in fair-share order while they fit; returns how many."""
-    pending = session.exec(
-        select(AllocationRow)
-        .where(AllocationRow.status == AllocationStatus.PENDING.value)
-        .order_by(col(AllocationRow.requested_at))
-        .limit(limit)
-    ).all()
-    if not pending:
+def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> int:
+    """Place queued allocations in fair-share order while they fit; returns how many.
+
+    Only tenants below their limit are served, and of each only its oldest `per_tenant`
+    requests are read: within a tenant the queue is first come, first served (same factor,
+    aging favours the older), so the head is all the order can pick. Reading heads per
+    tenant, not the oldest requests overall, keeps a tenant with thousands queued from hiding
+    a light tenant's request behind them.
+    """
+    waiting = set(session.connection().execute(sql.QUEUED_BY_TENANT).scalars().all())
+    if not waiting:
         return 0
     tenants = session.exec(select(TenantRow)).all()
+    limits = {t.id: quota_of(t).limit for t in tenants}
+    allocated = _allocated_gpus(session, waiting)
+    # A tenant at its limit can run nothing more now, however long its queue.
+    served = sorted(t for t in waiting if allocated.get(t, 0) < limits.get(t, 0))
+    if not served:
+        return 0
+    pending: list[AllocationRow] = []
+    for tenant_id in served:
+        pending.extend(
+            session.exec(
+                select(AllocationRow)
+                .where(
+                    AllocationRow.tenant_id == tenant_id,
+                    AllocationRow.status == AllocationStatus.PENDING.value,
+                )
+                .order_by(col(AllocationRow.requested_at), col(AllocationRow.id))
+                .limit(per_tenant)
+            ).all()
+        )
     factors = fair_share_factors(
         {t.id: DecayedUsage(t.usage_gpu_s, t.usage_at).at_time(now) for t in tenants},
         {t.id: t.weight for t in tenants},
@@ -144,13 +180,11 @@ def schedule_pending(session: Session, *, now: float, limit: int = 200) -> int:
     by_id = {a.id: a for a in pending}
     views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]
     cluster = placing.load_cluster(session)
-    limits = {t.id: quota_of(t).limit for t in tenants}
-    allocated = _allocated_gpus(session, {a.tenant_id for a in pending})
     placed = 0
     for view in order_pending(views, factors, now):
         alloc = by_id[view.id]
-        # A request queued for GPUs lent to its tenant's other class waits for their return:
-        # the tenant never runs more than quota + burst at once.
+        # The tenant never runs more than quota + burst at once: a request that would take it
+        # over waits for its running GPUs to come back.
         if allocated.get(alloc.tenant_id, 0) + alloc.gpu_count > limits[alloc.tenant_id]:
             continue
         if try_place(session, cluster, alloc, now=now):

@@ -63,13 +63,19 @@ WRITE_USAGE = (
     .values(usage_gpu_s=bindparam("value"), usage_at=bindparam("at"))
 )
 
-ACTIVE_BY_CLASS = (
+# What a tenant runs: the quota limits these, not what waits in the queue.
+ALLOCATED_BY_CLASS = (
     select(ALLOCATION.c.job_class, func.sum(ALLOCATION.c.gpu_count))
-    .where(
-        ALLOCATION.c.tenant_id == bindparam("tenant"),
-        ALLOCATION.c.status.in_(["pending", "allocated"]),
-    )
+    .where(ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "allocated")
     .group_by(ALLOCATION.c.job_class)
+)
+QUEUED_COUNT = select(func.count()).where(
+    ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "pending"
+)
+QUEUED_BY_TENANT = (
+    select(ALLOCATION.c.tenant_id)
+    .where(ALLOCATION.c.status == "pending")
+    .group_by(ALLOCATION.c.tenant_id)
 )
 
 # The heartbeat's read path: the node's state without its stored telemetry, its GPUs' health,

@@ -144,10 +144,11 @@ def test_concurrent_burst_never_takes_a_tenant_over_its_quota(api: Api, db: Data
     for w in workers:
         w.join(timeout=60)
     assert len(answers) == threads
-    assert {status for status, _ in answers} <= {201, 202, 429}, answers
-    granted = sum(body["gpu_count"] for status, body in answers if status in (201, 202))
+    # Beyond the quota requests wait in the queue (202): the quota limits what runs.
+    assert {status for status, _ in answers} <= {201, 202}, answers
+    granted = sum(body["gpu_count"] for status, body in answers if status == 201)
     assert 0 < granted <= quota, answers
-    assert any(status == 429 for status, _ in answers)
+    assert any(status == 202 for status, _ in answers)
     with db.read() as session:
         allocs = session.exec(
             select(AllocationRow).where(AllocationRow.tenant_id == tenant_id)
@@ -158,5 +159,6 @@ def test_concurrent_burst_never_takes_a_tenant_over_its_quota(api: Api, db: Data
                 col(AssignmentRow.ended_at).is_(None),
             )
         ).all()
-    assert sum(a.gpu_count for a in allocs) == granted <= quota
+    assert sum(a.gpu_count for a in allocs if a.status == "allocated") == granted <= quota
+    assert len(allocs) == threads
     assert len(active) <= quota

@@ -38,13 +38,14 @@ def create_allocation(
 ) -> JSONResponse:
     tenant_id = who.tenant_id
     assert tenant_id is not None
+    max_queued = request.app.state.settings.max_queued_per_tenant
     return created(
         request,
         who=who,
         key=key,
         body=body,
         use_case=lambda session, now: allocations.create(
-            session, tenant_id=tenant_id, body=body, now=now
+            session, tenant_id=tenant_id, body=body, now=now, max_queued=max_queued
         ),
     )
 
