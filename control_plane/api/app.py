@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from control_plane.api import errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
+from control_plane.api.nodework import NodeWorkBoard
 from control_plane.api.routers import allocations, health, holds, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
@@ -32,6 +34,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.migrate:
             migrate.upgrade(database)
+        app.state.node_work.bind(asyncio.get_running_loop())
+        unhook = database.on_commit(app.state.node_work.publish)
         flusher = None
         if app.state.heartbeats is not None:
             flusher = Flusher(app.state.heartbeats, database, settings.heartbeat_flush_s)
@@ -46,6 +50,7 @@ def create_app(
         try:
             yield
         finally:
+            unhook()
             if flusher is not None:
                 flusher.stop()
             if runner is not None:
@@ -64,6 +69,7 @@ def create_app(
     app.state.clock = clock
     app.state.key_cache = KeyCache(ttl_s=key_cache_ttl_s)
     app.state.jobs = None
+    app.state.node_work = NodeWorkBoard()
     app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None
     app.state.metrics, request_histogram = observability.make_registry(database)
     errors.install(app)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,6 +20,14 @@ DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+# Key in a write session's info: ids of the nodes whose assignments the transaction changed.
+TOUCHED_NODES = "touched_nodes"
+
+
+def touch_nodes(session: Session, node_ids: Iterable[str]) -> None:
+    """Note that these nodes' assignments change: after the commit, they are told at once."""
+    session.info.setdefault(TOUCHED_NODES, set()).update(node_ids)
 
 
 class DatabaseConfigError(ValueError):
@@ -68,6 +76,7 @@ class Database:
     """One engine plus the two kinds of transaction the services use: read and write."""
 
     def __init__(self, url: str | None = None) -> None:
+        self._commit_hooks: list[Callable[[set[str]], None]] = []
         raw = url or os.environ.get("JITGPU_DATABASE_URL") or DEFAULT_DATABASE_URL
         self.url = normalise_url(raw)
         if self.url.startswith("sqlite"):
@@ -95,10 +104,22 @@ class Database:
                 f"database URL {raw!r}: allowed schemes are sqlite:/// and postgresql+psycopg://"
             )
 
+    def on_commit(self, hook: Callable[[set[str]], None]) -> Callable[[], None]:
+        """Call `hook` with the touched nodes after each write that touched some; returns the
+        function that removes it."""
+        self._commit_hooks.append(hook)
+        return lambda: self._commit_hooks.remove(hook)
+
     @contextmanager
-    def read(self) -> Iterator[Session]:
-        """A read-only transaction (a consistent snapshot; never takes the write lock)."""
+    def read(self, *, snapshot: bool = False) -> Iterator[Session]:
+        """A read-only transaction; never takes the write lock.
+
+        SQLite (WAL) reads one snapshot anyway; on PostgreSQL `snapshot=True` makes all its
+        statements see the same commits (REPEATABLE READ) instead of each its own.
+        """
         with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            if snapshot and not self.is_sqlite:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
 
     @contextmanager
@@ -117,17 +138,24 @@ class Database:
 
     @contextmanager
     def _write_session(self, placement: bool) -> Iterator[Session]:
-        with Session(self._write_bind, expire_on_commit=False) as session, session.begin():
-            # Take the connection (and on SQLite the write lock) now, before the caller reads
-            # the clock, so that recorded times follow the order of commits.
-            session.connection()
-            # Placement and assignment changes need writers to take turns (services check).
-            session.info["serialised"] = placement or self.is_sqlite
-            if placement and not self.is_sqlite:
-                session.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}
-                )
-            yield session
+        with Session(self._write_bind, expire_on_commit=False) as session:
+            with session.begin():
+                # Take the connection (and on SQLite the write lock) now, before the caller
+                # reads the clock, so that recorded times follow the order of commits.
+                session.connection()
+                # Placement and assignment changes need writers to take turns (services check).
+                session.info["serialised"] = placement or self.is_sqlite
+                if placement and not self.is_sqlite:
+                    session.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}
+                    )
+                yield session
+                # Taken before the commit, which clears the session's info.
+                touched = session.info.get(TOUCHED_NODES)
+            # Reached only once committed: a rolled-back change wakes nobody.
+            if touched:
+                for hook in list(self._commit_hooks):
+                    hook(touched)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -26,12 +26,20 @@ from control_plane.node_agent.local import HOLD_WARMUP, Report
 from control_plane.node_agent.procs import ChildRegistry
 from control_plane.node_agent.reconcile import Work
 from control_plane.node_agent.telemetry import HostProbe, gpu_telemetry
-from control_plane.schemas.enums import NodeStatus
-from control_plane.schemas.nodes import GpuSpec, Heartbeat, NodeRegister, WarmupReport
+from control_plane.schemas.enums import NodeStatus, TaskStatus
+from control_plane.schemas.nodes import (
+    GpuSpec,
+    Heartbeat,
+    HeartbeatReply,
+    NodeRegister,
+    TaskReport,
+    WarmupReport,
+)
 
 log = logging.getLogger("jitgpu.node")
 
 EXIT_OK, EXIT_REFUSED = 0, 3
+FINAL_TASK_STATUSES = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
 def agent_version() -> str:
@@ -62,6 +70,7 @@ class Agent:
         env: dict[str, str] | None = None,
         registry: ChildRegistry | None = None,
         discovery: Discovery | None = None,
+        watch: ControlPlane | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend
@@ -89,6 +98,13 @@ class Agent:
         self.registered = False
         self.status: str | None = None
         self._healthy: dict[str, bool] = {}
+        # The long poll: its own client and thread; it hands each answer to the main loop,
+        # which alone applies desired state (in epoch order: a reply older than one applied
+        # is dropped, since a heartbeat and a poll may cross).
+        self.watch = watch
+        self._pushed: HeartbeatReply | None = None
+        self._pushed_lock = threading.Lock()
+        self._epoch: int | None = None
 
     def request_stop(self) -> None:
         """Safe from a signal handler: the loop notices at once and shuts down."""
@@ -114,6 +130,7 @@ class Agent:
         )
         node = self.client.register(body)
         self.node_id = node.id
+        self._epoch = None  # perhaps a new database: its epochs start again
         self.registered = True
         self.status = node.status.value
         log.info(
@@ -172,12 +189,59 @@ class Agent:
             else:
                 log.info("control plane reports this node %s", reply.status.value)
             self.status = reply.status.value
+        self.apply(reply)
+
+    def apply(self, reply: HeartbeatReply) -> None:
+        """Make the desired state of `reply` true here, unless it is older than one applied."""
+        if reply.epoch is not None:
+            if self._epoch is not None and reply.epoch < self._epoch:
+                return
+            self._epoch = reply.epoch
         self.work.apply(reply.assignments)
+
+    def fetch_work(self) -> None:
+        """Ask for the desired state now (after a task's exit freed GPUs for the next one)."""
+        if self.node_id is not None:
+            self.apply(self.client.work(self.node_id))
+
+    def _apply_pushed(self) -> None:
+        with self._pushed_lock:
+            reply, self._pushed = self._pushed, None
+        if reply is not None and reply.node_id == self.node_id:
+            self.apply(reply)
+
+    def _watch_loop(self) -> None:
+        """Long-poll the node's work and hand each answer to the main loop."""
+        assert self.watch is not None
+        since: str | None = None
+        polled: str | None = None
+        while not self.stopping.is_set():
+            node_id = self.node_id if self.registered else None
+            if node_id is None:
+                self.stopping.wait(0.05)
+                continue
+            if node_id != polled:
+                since, polled = None, node_id
+            try:
+                reply = self.watch.work(node_id, since=since, wait_s=self.cfg.long_poll_s)
+            except Exception as exc:  # the client closed at shutdown, or the server failed
+                if self.stopping.is_set():
+                    return
+                # The main loop's heartbeat reports problems and backs off; here only pause.
+                log.debug("long poll failed (%r); polling again shortly", exc)
+                since = None
+                self.stopping.wait(min(self.cfg.heartbeat_interval_s, 1.0))
+                continue
+            since = reply.version
+            with self._pushed_lock:
+                self._pushed = reply
+            self.wake.set()
 
     def flush(self) -> None:
         """Send every due report; raises Unreachable (the rest wait for the next round)."""
         if self.node_id is None:
             return
+        ended = False
         for report in self.work.due_reports():
             try:
                 self._send(report)
@@ -189,6 +253,11 @@ class Agent:
                 # Sending the same body again would be refused again.
                 log.warning("control plane refused a report on %s %s: %s", *_what(report), exc)
             report.sent()
+            ended = ended or _ends_task(report)
+        if ended and self.watch is None:
+            # The exit freed GPUs that the server may have handed on already, perhaps to
+            # this node: without a long poll, ask now rather than at the next heartbeat.
+            self.fetch_work()
         self.work.tick()
 
     def _send(self, report: Report) -> None:
@@ -242,8 +311,13 @@ class Agent:
         if orphans:
             log.warning("stopped %d process group(s) left by a previous agent", len(orphans))
         next_round = self.clock()
+        watcher = None
+        if self.watch is not None:
+            watcher = threading.Thread(target=self._watch_loop, name="work-poll", daemon=True)
+            watcher.start()
         try:
             while not self.stopping.is_set():
+                self._apply_pushed()
                 if self.clock() >= next_round:
                     next_round = self.clock() + self.round()
                 elif self.registered:
@@ -279,6 +353,11 @@ class Agent:
                 log.warning("could not report the drain: %s", exc)
         self.backend.close()
         log.info("node agent stopped")
+
+
+def _ends_task(report: Report) -> bool:
+    body = report.body
+    return isinstance(body, TaskReport) and body.status in FINAL_TASK_STATUSES
 
 
 def _what(report: Report) -> tuple[str, str]:

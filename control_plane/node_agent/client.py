@@ -15,6 +15,7 @@ from control_plane.schemas.nodes import (
     HeartbeatReply,
     Node,
     NodeRegister,
+    NodeWork,
     TaskReport,
     WarmupReport,
 )
@@ -57,10 +58,16 @@ class ControlPlane:
     ) -> None:
         self.server = server.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = timeout
         self.http = http or httpx.Client(base_url=self.server, timeout=timeout)
 
     def close(self) -> None:
         self.http.close()
+
+    def twin(self) -> ControlPlane:
+        """Another client to the same server with its own connections (for the long poll,
+        which runs in its own thread while the main loop heartbeats)."""
+        return ControlPlane(self.server, self._headers["Authorization"][7:], timeout=self._timeout)
 
     def register(self, body: NodeRegister) -> Node:
         return self._post("/v1/nodes", body, Node)
@@ -81,23 +88,45 @@ class ControlPlane:
     def report_task(self, node_id: str, allocation_id: str, body: TaskReport) -> Allocation:
         return self._post(f"/v1/nodes/{node_id}/allocations/{allocation_id}/task", body, Allocation)
 
+    def work(self, node_id: str, *, since: str | None = None, wait_s: float = 0.0) -> NodeWork:
+        """The node's desired state; with `since`, once it changed (or after `wait_s`)."""
+        params: dict[str, str | float] = {"wait": wait_s}
+        if since is not None:
+            params["since"] = since
+        # The server holds the answer up to wait_s: the read timeout must outlast it.
+        extra = {"timeout": (self.http.timeout.read or 10.0) + wait_s} if wait_s > 0 else {}
+        try:
+            r = self.http.get(
+                f"/v1/nodes/{node_id}/work", params=params, headers=self._headers, **extra
+            )
+        except httpx.TransportError as exc:
+            raise Unreachable(_transport(exc)) from exc
+        return _parse(r, NodeWork)
+
     def _post(self, path: str, body: BaseModel, parse: type[M]) -> M:
         try:
             r = self.http.post(
                 path, json=body.model_dump(mode="json", exclude_none=True), headers=self._headers
             )
         except httpx.TransportError as exc:
-            detail = f"{exc.__class__.__name__}: {exc}" if str(exc) else repr(exc)
-            raise Unreachable(detail) from exc
-        if r.status_code >= 500 or r.status_code == 429:
-            raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
-        if r.status_code in (401, 403):
-            raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
-        if r.status_code == 404:
-            raise NotFound(_message(r), 404)
-        if r.status_code >= 400:
-            raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
-        return parse.model_validate(r.json())
+            raise Unreachable(_transport(exc)) from exc
+        return _parse(r, parse)
+
+
+def _transport(exc: httpx.TransportError) -> str:
+    return f"{exc.__class__.__name__}: {exc}" if str(exc) else repr(exc)
+
+
+def _parse(r: httpx.Response, parse: type[M]) -> M:
+    if r.status_code >= 500 or r.status_code == 429:
+        raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+    if r.status_code in (401, 403):
+        raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+    if r.status_code == 404:
+        raise NotFound(_message(r), 404)
+    if r.status_code >= 400:
+        raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+    return parse.model_validate(r.json())
 
 
 def _message(r: httpx.Response) -> str:

@@ -127,6 +127,9 @@ class AgentConfig(_Strict):
     # Aliases become the scheduler's model names: they must be names the control plane takes.
     model_aliases: dict[str, GpuModel] = Field(default_factory=dict)
     heartbeat_interval_s: float = Field(default=5.0, gt=0, le=3600)
+    # Between heartbeats the agent long-polls for new work, so a task starts as soon as it is
+    # placed; 0 turns the long poll off (new work then waits for the next heartbeat).
+    long_poll_s: float = Field(default=20.0, ge=0, le=55)
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
     cache_dir: Path = Path("~/.cache/jitgpu/node")

@@ -79,12 +79,14 @@ def run_node(
         print(f"error: cache_dir {cfg.cache_path}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
     client = ControlPlane(cfg.server, cfg.token, timeout=cfg.request_timeout_s)
+    watch = client.twin() if cfg.long_poll_s > 0 else None
     agent = Agent(
         cfg,
         backend,
         client,
         name=node,
         registry=ChildRegistry(cfg.cache_path / f"children-{node}.json"),
+        watch=watch,
     )
     log.info(
         "node agent %s starting: %d %s GPU(s) (%s backend), control plane %s, heartbeat every %gs",
@@ -106,3 +108,5 @@ def run_node(
         return agent.run()
     finally:
         client.close()
+        if watch is not None:
+            watch.close()

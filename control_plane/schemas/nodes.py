@@ -104,6 +104,17 @@ class HeartbeatReply(BaseModel):
     node_id: str
     status: NodeStatus
     assignments: list[NodeAssignment]
+    epoch: int | None = Field(
+        default=None,
+        description="Cluster epoch the assignments are as of: a reply with a lower epoch than "
+        "one already applied is older and is dropped.",
+    )
+
+
+class NodeWork(HeartbeatReply):
+    """A node's desired state from its long poll, with the version to pass to the next one."""
+
+    version: str
 
 
 class WarmupReport(WireModel):

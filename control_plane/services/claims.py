@@ -7,6 +7,7 @@ from collections import Counter
 
 from sqlmodel import Session, col, select
 
+from control_plane.db.engine import touch_nodes
 from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, TenantRow
 from control_plane.schemas.allocations import Allocation, AllocationCreate, HoldClaim
 from control_plane.schemas.enums import AllocationStatus, HoldStatus
@@ -110,11 +111,16 @@ def claim(
     lifecycle.end_hold(session, hold, HoldStatus.CLAIMED, now=now, reason=reason)
     if released:
         lifecycle.end_hold_gpus(session, hold_id=hold.id, gpu_uuids=released, now=now)
-    session.execute(
+    moved = session.execute(
         AssignmentRow.__table__.update()
         .where(AssignmentRow.hold_id == hold.id, col(AssignmentRow.ended_at).is_(None))
         .values(allocation_id=alloc.id)
+        .returning(AssignmentRow.__table__.c.node_id)
     )
+    # The nodes learn at once that the hold's GPUs now serve the allocation (and its command);
+    # the epoch moves, so that a node can tell the older desired state (the hold) from this.
+    touch_nodes(session, moved.scalars().all())
+    placing.mark_changed(session)
     alloc.allocated_at = now
     alloc.warm = was == HoldStatus.READY.value
     if was == HoldStatus.PLACED.value:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sqlalchemy import Row
 from sqlmodel import Session, col, select
 
+from control_plane.db.engine import touch_nodes
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow
 from control_plane.scheduling.fairshare import DecayedUsage
 from control_plane.scheduling.transitions import check_transition
@@ -38,6 +40,7 @@ def assign(
         ],
     )
     placing.mark_changed(session)
+    touch_nodes(session, {node_id for _, node_id in gpus})
 
 
 def end_assignments(
@@ -49,7 +52,6 @@ def end_assignments(
     freed = (
         session.connection()
         .execute(statement, {"owner": hold_id or allocation_id, "now": now})
-        .scalars()
         .all()
     )
     return _freed(session, freed)
@@ -64,18 +66,19 @@ def end_hold_gpus(
         .execute(
             sql.END_HOLD_GPU_ASSIGNMENTS, {"owner": hold_id, "gpus": list(gpu_uuids), "now": now}
         )
-        .scalars()
         .all()
     )
     return _freed(session, freed)
 
 
-def _freed(session: Session, freed: Sequence[str]) -> list[str]:
-    """Keep this transaction's placement view in step with assignments just ended."""
+def _freed(session: Session, ended: Sequence[Row[tuple[str, str]]]) -> list[str]:
+    """Keep this transaction's placement view in step with assignments just ended; the GPUs."""
+    freed = [uuid for uuid, _ in ended]
     if freed:
-        placing.load_cluster(session).free(list(freed))
+        placing.load_cluster(session).free(freed)
         placing.mark_changed(session)
-    return list(freed)
+        touch_nodes(session, {node_id for _, node_id in ended})
+    return freed
 
 
 def hold_idle_gpu_s(hold: HoldRow, until: float) -> float:

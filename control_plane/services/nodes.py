@@ -178,7 +178,7 @@ def heartbeat(
     to `buffer`, which many heartbeats share; a state change is written at once.
     """
     telemetry = _telemetry_json(body)
-    with db.read() as session:
+    with db.read(snapshot=True) as session:
         # Core statements, not ORM loads: this runs for every node every few seconds.
         conn = session.connection()
         state = conn.execute(sql.NODE_STATE, {"node": node_id}).first()
@@ -189,11 +189,7 @@ def heartbeat(
         if not changes and body.gpus:
             health = dict(conn.execute(sql.NODE_GPU_HEALTH, {"node": node_id}).all())
             changes = any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
-        reply = HeartbeatReply(
-            node_id=node_id,
-            status=NodeStatus(status),
-            assignments=desired_state(session, node_id),
-        )
+        reply = _reply(session, node_id, status)
     if buffer is not None and not changes:
         buffer.put(node_id, now, telemetry)
         return reply
@@ -203,11 +199,28 @@ def heartbeat(
         node.telemetry_json = telemetry
         if changes:
             _apply_changes(session, node, body, now)
-        return HeartbeatReply(
-            node_id=node.id,
-            status=NodeStatus(node.status),
-            assignments=desired_state(session, node.id),
-        )
+    # Read after the commit, so that the reply's epoch is that of the state it shows.
+    return work(db, node_id=node_id)
+
+
+def work(db: Database, *, node_id: str) -> HeartbeatReply:
+    """The node's desired state now, with the cluster epoch it is as of."""
+    with db.read(snapshot=True) as session:
+        state = session.connection().execute(sql.NODE_STATE, {"node": node_id}).first()
+        if state is None:
+            raise NotFound(f"node {node_id} not found")
+        return _reply(session, node_id, state[0])
+
+
+def _reply(session: Session, node_id: str, status: str) -> HeartbeatReply:
+    # One snapshot: the epoch and the assignments agree, so that a node can drop a reply
+    # older than one it applied (a heartbeat and a long poll may cross).
+    return HeartbeatReply(
+        node_id=node_id,
+        status=NodeStatus(status),
+        assignments=desired_state(session, node_id),
+        epoch=session.connection().execute(sql.READ_EPOCH).scalar_one(),
+    )
 
 
 def _telemetry_json(body: Heartbeat) -> str:

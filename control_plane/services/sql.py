@@ -30,13 +30,13 @@ END_ALLOCATION_ASSIGNMENTS = (
     update(ASSIGNMENT)
     .where(ASSIGNMENT.c.ended_at.is_(None), ASSIGNMENT.c.allocation_id == bindparam("owner"))
     .values(ended_at=bindparam("now"))
-    .returning(ASSIGNMENT.c.gpu_uuid)
+    .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
 END_HOLD_ASSIGNMENTS = (
     update(ASSIGNMENT)
     .where(ASSIGNMENT.c.ended_at.is_(None), ASSIGNMENT.c.hold_id == bindparam("owner"))
     .values(ended_at=bindparam("now"))
-    .returning(ASSIGNMENT.c.gpu_uuid)
+    .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
 END_HOLD_GPU_ASSIGNMENTS = (
     update(ASSIGNMENT)
@@ -46,7 +46,7 @@ END_HOLD_GPU_ASSIGNMENTS = (
         ASSIGNMENT.c.gpu_uuid.in_(bindparam("gpus", expanding=True)),
     )
     .values(ended_at=bindparam("now"))
-    .returning(ASSIGNMENT.c.gpu_uuid)
+    .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
 
 READ_EPOCH = select(EPOCH.c.value).where(EPOCH.c.id == 1)

@@ -13,7 +13,7 @@ from control_plane.node_agent.agent import Agent
 from control_plane.node_agent.client import Backoff, NotFound, Refused, Unreachable
 from control_plane.node_agent.simulated import SimulatedBackend
 from control_plane.schemas.enums import NodeStatus
-from control_plane.schemas.nodes import HeartbeatReply, Node, NodeAssignment
+from control_plane.schemas.nodes import HeartbeatReply, Node, NodeAssignment, NodeWork
 from tests.node_agent.helpers import base_env, make_config
 from tests.support.procs import wait_for
 
@@ -52,6 +52,16 @@ class ScriptedControlPlane:
         self.calls.append(("heartbeat", body))
         status = NodeStatus.DRAINING if body.draining else NodeStatus.ONLINE
         return HeartbeatReply(node_id=node_id, status=status, assignments=list(self.assignments))
+
+    def work(self, node_id: str, *, since: str | None = None, wait_s: float = 0.0) -> NodeWork:
+        self._maybe_fail("work")
+        self.calls.append(("work", since))
+        return NodeWork(
+            node_id=node_id,
+            status=NodeStatus.ONLINE,
+            assignments=list(self.assignments),
+            version=f"v{len(self.calls)}",
+        )
 
     def report_warmup(self, node_id: str, hold_id: str, body: Any) -> None:
         self._maybe_fail("warmup")
@@ -358,3 +368,27 @@ def test_a_second_404_after_registering_again_backs_off_instead_of_crashing(
     assert time.waits[:3] == [0.5, 1.0, 0.5]
     assert len(cp.sent("register")) == 5  # start, retry, next round, retry, third round
     assert agent.registered and agent.backoff.failures == 0
+
+
+def test_a_reply_older_than_one_applied_is_dropped(tmp_path: Path) -> None:
+    """A heartbeat and a long poll may cross: the older desired state must not undo the newer."""
+    agent = make(tmp_path, ScriptedControlPlane())
+    agent.register()
+    gpu = agent.discovery.gpus[0].uuid
+    newer = HeartbeatReply(
+        node_id="node_1",
+        status=NodeStatus.ONLINE,
+        assignments=[hold("hold_a", [gpu], status="ready", warmup=None)],
+        epoch=7,
+    )
+    older = HeartbeatReply(node_id="node_1", status=NodeStatus.ONLINE, assignments=[], epoch=6)
+    agent.apply(newer)
+    agent.apply(older)
+    assert list(agent.work.holds) == ["hold_a"]
+    # The same epoch is the same assignments; a later one applies.
+    agent.apply(newer.model_copy(update={"epoch": 8, "assignments": []}))
+    assert list(agent.work.holds) == []
+    # A new registration (perhaps a new database, its epochs from 1 again) starts over.
+    agent.register()
+    agent.apply(newer.model_copy(update={"epoch": 1}))
+    assert list(agent.work.holds) == ["hold_a"]

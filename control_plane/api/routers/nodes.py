@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin
 from control_plane.api.errors import ERROR_RESPONSES
@@ -14,6 +15,7 @@ from control_plane.schemas.nodes import (
     HeartbeatReply,
     Node,
     NodeRegister,
+    NodeWork,
     TaskReport,
     WarmupReport,
 )
@@ -48,6 +50,34 @@ def heartbeat(
         body=body or Heartbeat(),
         now=clock(),
         buffer=request.app.state.heartbeats,
+    )
+
+
+@router.get("/nodes/{node_id}/work", response_model=NodeWork)
+async def node_work(
+    node_id: IdPath,
+    request: Request,
+    since: str | None = Query(
+        default=None, max_length=64, description="`version` of the node's last answer."
+    ),
+    wait: float = Query(default=0.0, ge=0, le=60, description="Seconds to wait for a change."),
+    db: Database = Depends(get_db),
+    _: Principal = Depends(node_or_admin),
+) -> NodeWork:
+    """The node's desired state, as in a heartbeat reply; with `since`, once it differs from
+    that version (or after `wait` seconds): a long poll that hands a node new work at once."""
+    board = request.app.state.node_work
+    if since is not None:
+        await board.wait(node_id, since, wait)
+    # The version before the read: a change committed meanwhile shows in a later version too.
+    version = board.version(node_id)
+    reply = await run_in_threadpool(nodes.work, db, node_id=node_id)
+    return NodeWork(
+        node_id=reply.node_id,
+        status=reply.status,
+        assignments=reply.assignments,
+        epoch=reply.epoch,
+        version=version,
     )
 
 
