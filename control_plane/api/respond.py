@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel
 from sqlmodel import Session
 
@@ -20,13 +20,24 @@ def created(
     key: str | None,
     body: BaseModel,
     use_case: Callable[[Session, float], tuple[int, BaseModel]],
-) -> JSONResponse:
-    status, data = idempotency.run(
+) -> Response:
+    status, text = idempotency.run(
         request.app.state.db,
         owner=who.idempotency_owner,
         key=key,
-        fingerprint=idempotency.request_hash(request.method, request.url.path, body),
+        fingerprint=lambda: idempotency.request_hash(request.method, request.url.path, body),
         clock=request.app.state.clock,
         use_case=use_case,
     )
-    return JSONResponse(data, status_code=status)
+    return json_text(text, status)
+
+
+def json_text(text: str, status: int = 200) -> Response:
+    """An answer already serialised (by pydantic): no second pass through a JSON encoder."""
+    return Response(text, status_code=status, media_type="application/json")
+
+
+def model_json(model: BaseModel, status: int = 200) -> Response:
+    """A model as JSON by pydantic's serializer directly, skipping FastAPI's re-validation of
+    a returned model (the route's response_model still documents it)."""
+    return json_text(model.model_dump_json(), status)

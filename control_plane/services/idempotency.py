@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
@@ -31,21 +30,24 @@ def run(
     *,
     owner: str,
     key: str | None,
-    fingerprint: str,
+    fingerprint: Callable[[], str],
     clock: Callable[[], float],
     use_case: UseCase,
     placement: bool = True,
-) -> tuple[int, dict[str, Any]]:
-    """One transaction: look the key up, else run the use case and store its answer with it.
+) -> tuple[int, str]:
+    """One transaction: look the key up, else run the use case and store its answer with it;
+    the status and the answer as JSON text.
 
     The stored answer commits with the effect, so a crash can never leave one without the
     other. A concurrent twin loses on the unique (owner, key) index and then reads the
-    winner's answer on its retry.
+    winner's answer on its retry. `fingerprint` (the request's hash) is computed only when
+    a key is given: a request without one has nothing to compare it with.
     """
     if key is not None and not (0 < len(key) <= MAX_KEY_LEN):
         raise Invalid(
             f"Idempotency-Key must be 1 to {MAX_KEY_LEN} characters", field="Idempotency-Key"
         )
+    digest = fingerprint() if key is not None else ""
     for attempt in range(RETRIES):
         try:
             with db.write(placement=placement) as session:
@@ -56,25 +58,26 @@ def run(
                         )
                     ).first()
                     if prior is not None:
-                        if prior.request_hash != fingerprint:
+                        if prior.request_hash != digest:
                             raise Conflict(
                                 "this Idempotency-Key was used with a different request",
                                 code="idempotency_key_reused",
                                 field="Idempotency-Key",
                             )
-                        return prior.status_code, json.loads(prior.body)
+                        return prior.status_code, prior.body
                 # Read the clock once the lock is held, so that times follow commit order.
                 now = clock()
                 status, model = use_case(session, now)
-                body = model.model_dump(mode="json")
+                # pydantic's own serializer, once: the text is both the answer and the record.
+                body = model.model_dump_json()
                 if key is not None:
                     session.add(
                         IdempotencyRow(
                             principal=owner,
                             key=key,
-                            request_hash=fingerprint,
+                            request_hash=digest,
                             status_code=status,
-                            body=json.dumps(body),
+                            body=body,
                             created_at=now,
                         )
                     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
@@ -14,7 +14,7 @@ from control_plane.api.deps import (
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import created
+from control_plane.api.respond import created, model_json
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, AllocationCreate
 from control_plane.schemas.enums import AllocationStatus
@@ -35,7 +35,7 @@ def create_allocation(
     request: Request,
     who: Principal = Depends(tenant),
     key: str | None = Depends(idempotency_key),
-) -> JSONResponse:
+) -> Response:
     tenant_id = who.tenant_id
     assert tenant_id is not None
     max_queued = request.app.state.settings.max_queued_per_tenant
@@ -73,9 +73,9 @@ def release_allocation(
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     who: Principal = Depends(tenant_or_admin),
-) -> Allocation:
+) -> Response:
     with db.write(placement=True) as session:
         result = allocations.release(
             session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=clock()
         )
-    return result
+    return model_json(result)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
@@ -30,7 +30,7 @@ def create_hold(
     request: Request,
     who: Principal = Depends(tenant),
     key: str | None = Depends(idempotency_key),
-) -> JSONResponse:
+) -> Response:
     tenant_id = who.tenant_id
     assert tenant_id is not None
     lead = request.app.state.settings.default_lead_s
@@ -87,7 +87,7 @@ def claim_hold(
     body: HoldClaim | None = None,
     who: Principal = Depends(tenant),
     key: str | None = Depends(idempotency_key),
-) -> JSONResponse:
+) -> Response:
     tenant_id = who.tenant_id
     assert tenant_id is not None
     claim = body or HoldClaim()
