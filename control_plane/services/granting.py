@@ -162,6 +162,9 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
         return 0
     pending: list[AllocationRow] = []
     for tenant_id in served:
+        # Each request needs a GPU at least, so no more than `room` of them can run now; the
+        # slack lets smaller requests behind a big one at the head fill the room.
+        room = limits[tenant_id] - allocated.get(tenant_id, 0)
         pending.extend(
             session.exec(
                 select(AllocationRow)
@@ -170,7 +173,7 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
                     AllocationRow.status == AllocationStatus.PENDING.value,
                 )
                 .order_by(col(AllocationRow.requested_at), col(AllocationRow.id))
-                .limit(per_tenant)
+                .limit(min(per_tenant, room + 16))
             ).all()
         )
     factors = fair_share_factors(

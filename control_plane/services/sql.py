@@ -49,6 +49,11 @@ END_HOLD_GPU_ASSIGNMENTS = (
     .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
 
+# Where an allocation's GPUs are (and were): a node may report only on its own allocations.
+ALLOCATION_NODES = select(
+    ASSIGNMENT.c.node_id, ASSIGNMENT.c.ended_at, ASSIGNMENT.c.started_at
+).where(ASSIGNMENT.c.allocation_id == bindparam("owner"))
+
 READ_EPOCH = select(EPOCH.c.value).where(EPOCH.c.id == 1)
 BUMP_EPOCH = (
     update(EPOCH).where(EPOCH.c.id == 1).values(value=EPOCH.c.value + 1).returning(EPOCH.c.value)

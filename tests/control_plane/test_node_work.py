@@ -67,3 +67,26 @@ def test_work_is_for_nodes_and_admins_and_names_bad_input(api: Api) -> None:
     assert r.status_code == 404
     r = api.http.get(f"/v1/nodes/{node['id']}/work", params={"wait": 999}, headers=ADMIN)
     assert r.status_code == 422 and "wait" in r.text
+
+
+def test_a_node_reports_only_on_its_own_allocations_before_and_after_they_end(api: Api) -> None:
+    n1 = api.node("n1", gpus=1)
+    n2 = api.node("n2", gpus=1, model="H100", leaf="leaf1")
+    _, headers = api.tenant(quota=2)
+    body = {"gpu_count": 1, "gpu_model": "A100", "command": ["true"]}
+    alloc = api.http.post("/v1/allocations", json=body, headers=headers).json()
+
+    def report(node: dict, status: str) -> int:
+        path = f"/v1/nodes/{node['id']}/allocations/{alloc['id']}/task"
+        return api.http.post(
+            path, json={"status": status, "exit_code": 0}, headers=ADMIN
+        ).status_code
+
+    assert report(n2, "running") == 404
+    assert report(n1, "running") == 200
+    assert report(n1, "exited") == 200
+    shown = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
+    assert shown["status"] == "released" and shown["task_status"] == "exited"
+    # Ended, its last GPUs still name the node: a late repeat is answered, not refused.
+    assert report(n1, "exited") == 200
+    assert report(n2, "exited") == 404
