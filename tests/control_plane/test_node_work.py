@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from control_plane.db.engine import Database, touch_nodes
 from tests.control_plane.conftest import ADMIN, Api
 
 
@@ -90,3 +93,20 @@ def test_a_node_reports_only_on_its_own_allocations_before_and_after_they_end(ap
     # Ended, its last GPUs still name the node: a late repeat is answered, not refused.
     assert report(n1, "exited") == 200
     assert report(n2, "exited") == 404
+
+
+def test_nodes_are_told_only_after_a_commit(db: Database) -> None:
+    told: list[set[str]] = []
+    remove = db.on_commit(told.append)
+    try:
+        with pytest.raises(RuntimeError), db.write() as session:
+            touch_nodes(session, ["node_a"])
+            raise RuntimeError("rolled back")
+        assert told == []
+        with db.write() as session:
+            touch_nodes(session, ["node_a", "node_b"])
+        with db.write():
+            pass  # touched nothing: nobody is told
+        assert told == [{"node_a", "node_b"}]
+    finally:
+        remove()
