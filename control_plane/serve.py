@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from control_plane import logs
@@ -36,7 +37,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     except DatabaseConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -45,4 +46,13 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    board = app.state.node_work
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Nodes' long polls end at once, so that the graceful stop does not wait on them.
+            board.close()
+            super().handle_exit(sig, frame)
+
+    Server(config).run()
     return 0

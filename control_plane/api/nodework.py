@@ -24,6 +24,7 @@ class NodeWorkBoard:
         self._counts: dict[str, int] = {}
         self._waiters: dict[str, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -47,9 +48,26 @@ class NodeWorkBoard:
             if event is not None:
                 event.set()
 
+    def close(self) -> None:
+        """Thread-safe: answer every long poll now and wait no more (the server stops).
+
+        A graceful shutdown waits for requests in flight; a poll held for its full timeout
+        would keep the old process up, and its nodes silent, for that long.
+        """
+        self._closing = True
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        for event in self._waiters.values():
+            event.set()
+        self._waiters.clear()
+
     async def wait(self, node_id: str, since: str, timeout_s: float) -> None:
         """Return when the node's version is no longer `since`, or after `timeout_s`."""
-        if self.version(node_id) != since or timeout_s <= 0:
+        if self._closing or self.version(node_id) != since or timeout_s <= 0:
             return
         event = self._waiters.get(node_id)
         if event is None:

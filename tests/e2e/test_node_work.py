@@ -8,6 +8,7 @@ back: each starts well within a heartbeat interval of its allocation.
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -101,3 +102,27 @@ def test_without_long_poll_the_next_task_starts_right_after_an_exit(tmp_path: Pa
     delays = _start_delays(jobs)
     # The first job waits for a heartbeat; each next one was placed by the previous exit.
     assert max(delays[1:]) < HEARTBEAT_S / 3, delays
+
+
+def test_a_server_stops_promptly_while_a_node_long_polls(tmp_path: Path) -> None:
+    """The graceful stop waits for requests in flight; the poll is answered at once."""
+    server = ServerProc(tmp_path, admin_token=ADMIN_TOKEN).start().wait_ready()
+    procs: list[Proc] = [server]
+    try:
+        admin = server.admin()
+        token = admin.post("/v1/node-tokens").json()["key"]
+        node = _agent(tmp_path, server, token, long_poll_s=50)
+        procs.append(node)
+        wait_for(
+            lambda: any(n["status"] == "online" for n in admin.get("/v1/nodes").json()),
+            timeout=30,
+            what="the node online",
+        )
+        time.sleep(0.5)  # let the first poll reach the server (bounded, not awaited)
+        started = time.monotonic()
+        server.stop()
+        # Held open, the poll would keep the old server up for its 5 s graceful timeout.
+        assert time.monotonic() - started < 4.0
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
