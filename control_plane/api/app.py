@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from control_plane.api import errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
-from control_plane.api.routers import allocations, health, holds, nodes, tenants
+from control_plane.api.routers import allocations, health, holds, node_identity, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
 from control_plane.db.engine import Database
@@ -71,6 +71,6 @@ def create_app(
     # Added last, so it runs first: every request, refused ones too, gets an id and a line.
     app.add_middleware(observability.RequestObserver, histogram=request_histogram)
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
-    for module in (allocations, holds, nodes, tenants, health, observability):
+    for module in (allocations, holds, nodes, node_identity, tenants, health, observability):
         app.include_router(module.router)
     return app

@@ -14,7 +14,7 @@ from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope
 from control_plane.services import auth
 from control_plane.services.auth import Principal
-from control_plane.services.errors import ServiceError
+from control_plane.services.errors import Forbidden, ServiceError
 
 # An id in a path is checked before any query: one that cannot exist is a 422 naming the
 # parameter, and no odd byte (a NUL, say) ever reaches the database.
@@ -67,7 +67,23 @@ async def tenant_or_admin(who: Principal = Depends(principal)) -> Principal:
 
 
 async def node_or_admin(who: Principal = Depends(principal)) -> Principal:
+    """A node credential (bound to its node) or the admin; node routes add `this_node`."""
     auth.require(who, Scope.NODE, Scope.ADMIN)
+    if who.scope == Scope.NODE and who.node_id is None:
+        raise Forbidden(
+            "this node token predates node identity: it can only enrol a node "
+            "(POST /v1/nodes/enrol), which returns the node's own credential",
+            code="enrolment_required",
+        )
+    return who
+
+
+async def this_node(node_id: IdPath, who: Principal = Depends(node_or_admin)) -> Principal:
+    """The path's node, and only it: a node credential never acts as another node."""
+    if who.scope == Scope.NODE and who.node_id != node_id:
+        raise Forbidden(
+            f"this credential belongs to node {who.node_id}, not {node_id}", code="wrong_node"
+        )
     return who
 
 

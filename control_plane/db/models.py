@@ -43,6 +43,26 @@ class ApiKeyRow(SQLModel, table=True):
     label: str | None = None
     created_at: float
     revoked_at: float | None = None
+    # A node credential acts only as this node; None on tenant and admin keys (and on node
+    # tokens from before node identity, which may only enrol).
+    node_id: str | None = Field(default=None, index=True)
+
+
+class EnrolTokenRow(SQLModel, table=True):
+    """An admin-issued token that lets one named node enrol once (or until it expires)."""
+
+    __tablename__ = "enrol_token"
+
+    id: str = Field(primary_key=True)
+    token_hash: str = Field(unique=True)
+    prefix: str
+    node_name: str
+    label: str | None = None
+    single_use: bool = True
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
+    revoked_at: float | None = None
 
 
 class NodeRow(SQLModel, table=True):
@@ -59,6 +79,8 @@ class NodeRow(SQLModel, table=True):
     # When an administrator drained the node (None: not drained). It stays draining, whatever
     # its heartbeats say, until undrained.
     drain_requested_at: float | None = None
+    # An administrator asked the node to rotate its credential: its next heartbeat says so.
+    rotate_requested_at: float | None = None
     # Latest heartbeat's telemetry (host and per GPU), one JSON document so that a heartbeat
     # is a single-row update.
     telemetry_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

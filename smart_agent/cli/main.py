@@ -81,7 +81,17 @@ def node(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
     ),
     token: str | None = typer.Option(
-        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+        None,
+        "--token",
+        envvar="JITGPU_NODE_TOKEN",
+        help="This node's credential (jgn_..., from jitgpu admin node-token enrol).",
+    ),
+    enrol_token: str | None = typer.Option(
+        None,
+        "--enrol-token",
+        envvar="JITGPU_ENROL_TOKEN",
+        help="Enrolment token (jitgpu admin node-token create NAME); used once, the "
+        "credential it buys is kept in state_dir.",
     ),
     name: str | None = typer.Option(None, "--name", help="Node name \\[default: host name]."),
     simulated_gpus: int | None = typer.Option(
@@ -103,6 +113,7 @@ def node(
         run_node(
             server=server,
             token=token,
+            enrol_token=enrol_token,
             name=name,
             simulated_gpus=simulated_gpus,
             gpu_model=gpu_model,
