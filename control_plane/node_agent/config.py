@@ -145,7 +145,8 @@ class AgentConfig(_Strict):
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
     cache_dir: Path = Path("~/.cache/jitgpu/node")
-    # Where the node keeps its credential (credential-NAME.json, mode 0600); default cache_dir.
+    # Where the node keeps its credential (credential-NAME.json, mode 0600). Not inside
+    # cache_dir, which jobs are shown (JITGPU_CACHE_DIR); default: cache_dir + "-state".
     state_dir: Path | None = None
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     warmup_profiles: dict[str, list[Action]] = Field(default_factory=dict)
@@ -166,7 +167,10 @@ class AgentConfig(_Strict):
 
     @property
     def state_path(self) -> Path:
-        return (self.state_dir or self.cache_dir).expanduser()
+        if self.state_dir is not None:
+            return self.state_dir.expanduser()
+        cache = self.cache_path
+        return cache.with_name(cache.name + "-state")
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,7 @@ class CredentialStore:
 
 def write_private(path: Path, text: str) -> None:
     """Write `text` to `path` with mode 0600 from the first byte (no umask window)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -87,6 +87,7 @@ def make_agent(cp: ControlPlaneApp, tmp_path: Path) -> Iterator[AgentFactory]:
         # Each agent enrols itself, as `jitgpu node` does with JITGPU_ENROL_TOKEN; one made
         # again under a name finds that node's stored credential and uses it.
         values.setdefault("enrol_token", cp.enrol_token(name))
+        env = values.pop("env", None)
         cfg = make_config(tmp_path, simulated={"count": gpus, "model": "A100"}, **values)
         backend = SimulatedBackend(
             node=name,
@@ -97,7 +98,7 @@ def make_agent(cp: ControlPlaneApp, tmp_path: Path) -> Iterator[AgentFactory]:
             env={},
         )
         client = ControlPlane("http://testserver", "", http=cp.http)
-        agent = Agent(cfg, backend, client, name=name, env=base_env())
+        agent = Agent(cfg, backend, client, name=name, env=base_env() if env is None else env)
         made.append(agent)
         return agent
 
