@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from control_plane.api import errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
+from control_plane.api.ratelimit import AnonymousRateLimit, RateLimiter, RateLimits
 from control_plane.api.routers import allocations, health, holds, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
@@ -24,6 +25,7 @@ def create_app(
     db: Database | None = None,
     clock: Callable[[], float] = time.time,
     key_cache_ttl_s: float = 5.0,
+    rate_clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     settings = settings or ServerSettings()
     database = db or Database(settings.database_url)
@@ -66,8 +68,15 @@ def create_app(
     app.state.jobs = None
     app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None
     app.state.metrics, request_histogram = observability.make_registry(database)
+    app.state.rate_limiter = (
+        RateLimiter(RateLimits.from_settings(settings), clock=rate_clock)
+        if settings.rate_limits
+        else None
+    )
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    if app.state.rate_limiter is not None:
+        app.add_middleware(AnonymousRateLimit, limiter=app.state.rate_limiter)
     # Added last, so it runs first: every request, refused ones too, gets an id and a line.
     app.add_middleware(observability.RequestObserver, histogram=request_histogram)
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
