@@ -12,6 +12,8 @@ from typing import Any, ClassVar
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from control_plane.config import ServerSettings
+
 # After a refusal the connection stays open this long, reading and dropping what the client
 # still sends, so that it can read the answer (closing with unread input sends a reset, which
 # may reach the client before the answer does).
@@ -191,6 +193,16 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
+
+
+def limits_of(settings: ServerSettings) -> TransportLimits:
+    return TransportLimits(
+        max_head_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        head_timeout_s=settings.header_timeout_s,
+        body_idle_timeout_s=settings.body_idle_timeout_s,
+        max_connections_per_ip=settings.max_connections_per_ip,
+    )
 
 
 def protocol_for(limits: TransportLimits) -> type[GuardedH11Protocol]:

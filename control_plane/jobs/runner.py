@@ -79,7 +79,8 @@ class JobRunner:
     def renew(self) -> None:
         now = self.clock()
         try:
-            won = leader.acquire(self.db, holder=self.holder, now=now, ttl_s=self.lease_ttl)
+            # By the database's clock: this replica's own may be off.
+            won = leader.acquire(self.db, holder=self.holder, ttl_s=self.lease_ttl)
         except Exception:
             log.warning("jobs lease: database unavailable", exc_info=True)
             won = False
@@ -101,6 +102,8 @@ class JobRunner:
         the previous run's, which is no second server and needs nothing but waiting."""
         try:
             held = leader.holder_of(self.db)
+            # The lease ends by the database's clock; say how long that is from its now.
+            now = leader.database_now(self.db)
         except Exception:
             held = None
         if held is None:
