@@ -10,11 +10,10 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-from datetime import UTC, datetime
 
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
