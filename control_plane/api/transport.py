@@ -18,6 +18,9 @@ from control_plane.config import ServerSettings
 # still sends, so that it can read the answer (closing with unread input sends a reset, which
 # may reach the client before the answer does).
 LINGER_S = 1.0
+# ...but no more than this much of it is read: past it reading stops (the client's sends
+# block) until the connection closes, so a client pushing 100 MiB costs the loop nothing.
+DRAIN_BYTES = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class GuardedH11Protocol(H11Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_kind: str | None = None
         self._refused = False
+        self._drained = 0
         self._ip: str | None = None
 
     # Connection life
@@ -114,7 +118,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
-            return  # answered already; what still comes is dropped until the linger ends
+            # Answered already: what still comes is dropped until the linger ends.
+            self._drained += len(data)
+            if self._drained > DRAIN_BYTES:
+                self.transport.pause_reading()
+            return
         super().data_received(data)
         if not self._refused:
             self._arm()
@@ -186,6 +194,11 @@ class GuardedH11Protocol(H11Protocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         if self.transport.is_closing():
+            return
+        if self.cycle is not None and self.cycle.response_started:
+            # The application has answered already (a 413 before the body, say): a second
+            # answer would corrupt the stream, so the connection just closes.
+            self.transport.close()
             return
         self.transport.write(error_bytes(status, code, message, extra))
         if self.flow is not None:
