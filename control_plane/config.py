@@ -35,6 +35,9 @@ class ServerSettings(BaseModel):
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="json", pattern="^(json|text)$")
     migrate: bool = True
+    # A part of the server (event loop, heartbeat flush, job thread) later than its period by
+    # this much counts as stalled: liveness then waits a full heartbeat timeout.
+    stall_threshold_s: float = Field(default=2.0, gt=0, le=600)
     # Request limits (docs/limits.md): the transport refuses a bad client before the app runs.
     max_header_bytes: int = Field(default=65_536, ge=1024, le=1_048_576)
     max_headers: int = Field(default=100, ge=10, le=1000)
@@ -64,6 +67,7 @@ ENV_KEYS = {
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
     "JITGPU_LOG_FORMAT": "log_format",
+    "JITGPU_STALL_THRESHOLD_S": "stall_threshold_s",
     "JITGPU_MAX_HEADER_BYTES": "max_header_bytes",
     "JITGPU_MAX_HEADERS": "max_headers",
     "JITGPU_HEADER_TIMEOUT_S": "header_timeout_s",

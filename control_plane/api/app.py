@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 
@@ -34,20 +36,36 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.migrate:
             migrate.upgrade(database)
+        watch = ticker = None
+        if settings.run_jobs:
+            from control_plane.jobs.stalls import StallWatch, beat_loop
+
+            # Measures the server's own stalls, so that liveness never blames nodes for them.
+            watch = StallWatch(threshold_s=settings.stall_threshold_s)
+            ticker = asyncio.create_task(beat_loop(watch))
+        app.state.stall_watch = watch
         flusher = None
         if app.state.heartbeats is not None:
-            flusher = Flusher(app.state.heartbeats, database, settings.heartbeat_flush_s)
+            on_flush = None
+            if watch is not None:
+                watch.expect("heartbeat flush", settings.heartbeat_flush_s)
+                on_flush = partial(watch.beat, "heartbeat flush")
+            flusher = Flusher(
+                app.state.heartbeats, database, settings.heartbeat_flush_s, on_flush=on_flush
+            )
             flusher.start()
         runner = None
         if settings.run_jobs:
             from control_plane.jobs.runner import JobRunner
 
-            runner = JobRunner(database, settings=settings, clock=clock)
+            runner = JobRunner(database, settings=settings, clock=clock, watch=watch)
             runner.start()
         app.state.jobs = runner
         try:
             yield
         finally:
+            if ticker is not None:
+                ticker.cancel()
             if flusher is not None:
                 flusher.stop()
             if runner is not None:
