@@ -19,7 +19,7 @@ from control_plane.schemas.nodes import (
     NodeAssignment,
     NodeRegister,
 )
-from control_plane.services import evacuate, gpu_owners, lifecycle, placing, sql
+from control_plane.services import evacuate, gpu_owners, lifecycle, placing, revive, sql
 from control_plane.services.errors import Conflict, Forbidden, NotFound
 from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
@@ -266,11 +266,15 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
     evacuate.unhealthy_gpus(session, sick, now=now)
     wanted = _wanted(node.status, node.drain_requested_at, body)
     if wanted is not None:
+        was_offline = node.status == NodeStatus.OFFLINE.value
         if wanted != NodeStatus.DRAINING:
             reason = "heartbeat"
         else:
             reason = "agent drain" if body.draining else ADMIN_DRAIN
         _move(session, node, wanted, now=now, reason=reason)
+        if was_offline:
+            # Back within the lease: its jobs get their GPUs back, not a kill.
+            revive.returning_node(session, node, now=now)
 
 
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
