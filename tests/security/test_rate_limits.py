@@ -12,6 +12,7 @@ from control_plane.api.app import create_app
 from control_plane.config import ConfigError, ServerSettings, load_settings
 from control_plane.db.engine import Database
 from tests.conftest import ADMIN_TOKEN, FakeClock
+from tests.support.nodes import enrol_node
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 LOW = {
@@ -81,7 +82,7 @@ def test_node_keys_have_their_own_bucket(http: TestClient) -> None:
         json={"name": "n1", "gpus": [{"uuid": "GPU-1", "model": "A100", "memory_mb": 1}]},
         headers=ADMIN,
     ).json()
-    token = http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
+    token = enrol_node(http, "n1", ADMIN).credential
     headers = {"Authorization": f"Bearer {token}"}
     for _ in range(2):
         r = http.post(f"/v1/nodes/{node['id']}/heartbeat", json={}, headers=headers)

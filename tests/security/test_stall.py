@@ -21,6 +21,7 @@ import pytest
 
 from tests.e2e.test_node_agents import agent_config
 from tests.security.rawhttp import connect
+from tests.support.nodes import enrol_node, enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -36,11 +37,9 @@ SERVER_ENV = {
 }
 
 
-def node_token(admin: httpx.Client) -> str:
-    """A credential for a node agent (the one place this test obtains one)."""
-    r = admin.post("/v1/node-tokens")
-    r.raise_for_status()
-    return r.json()["key"]
+def node_token(admin: httpx.Client, name: str) -> str:
+    """An enrolment token for node `name`: its agent trades it for the node's credential."""
+    return enrol_token(admin, name, {})
 
 
 def _huge_header_client(url: str, stop: threading.Event, refused: list[int]) -> None:
@@ -99,15 +98,14 @@ def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: P
     threads: list[threading.Thread] = []
     try:
         admin = server.admin()
-        token = node_token(admin)
         agent = Proc(
             [
                 *JITGPU,
                 "node",
                 "--server",
                 server.url,
-                "--token",
-                token,
+                "--enrol-token",
+                node_token(admin, "node-a"),
                 "--name",
                 "node-a",
                 "--simulated-gpus",
@@ -149,6 +147,7 @@ def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: P
         )
         assert r.status_code == 201, r.text
         probe_node = r.json()
+        token = enrol_node(admin, "probe", {}).credential
         rss = psutil.Process(server.pid)
         rss_before = rss.memory_info().rss
 
