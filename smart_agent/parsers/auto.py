@@ -15,6 +15,7 @@ from smart_agent.parsers.jsonl import JsonlParser
 from smart_agent.parsers.plain import PlainParser
 from smart_agent.parsers.shell import ShellHistoryParser
 from smart_agent.parsers.slurm import SacctParser
+from smart_agent.parsers.slurm_table import infer_columns
 from smart_agent.parsers.squeue import SqueueParser
 from smart_agent.redact import Redactor
 
@@ -54,12 +55,16 @@ class AutoParser(BaseParser):
         matcher: CueMatcher | None = None,
         redactor: Redactor | None = None,
         tz: tzinfo | None = None,
+        sacct_fields: Sequence[str] | None = None,
+        baseline: bool = False,
     ) -> None:
         super().__init__(user, redactor=redactor, tz=tz)
         self.plain = PlainParser(user, matcher=matcher, redactor=self.redactor, tz=tz)
         self.jsonl = JsonlParser(user, matcher=self.plain.matcher, redactor=self.redactor, tz=tz)
         self.chosen: BaseParser | None = None
         self._decided = False
+        self.sacct_fields = sacct_fields
+        self.baseline = baseline
 
     def _parse(self, line: str, source: str, now: float) -> list[Event] | None:
         if self.chosen is not None:
@@ -79,14 +84,28 @@ class AutoParser(BaseParser):
         head = line.strip()
         lower = head.lower()
         options = {"redactor": self.redactor, "tz": self.tz}
-        if lower.startswith(("jobid|", "jobidraw|")):
-            return SacctParser(self.user, **options)
-        words = set(head.replace("|", " ").upper().split())
+        cells = [c.strip() for c in (head.split("|") if "|" in head else head.split())]
+        # sacct writes its header in Slurm's own spelling (JobID), squeue in capitals (JOBID):
+        # the content decides, whatever the file is called.
+        if cells and cells[0] in ("JobID", "JobIDRaw"):
+            return SacctParser(
+                self.user, fields=self.sacct_fields, baseline=self.baseline, **options
+            )
+        words = {c.upper() for c in cells}
         if "JOBID" in words and ("ST" in words or "STATE" in words):
             return SqueueParser(self.user, **options)
+        if "|" in head and (self.sacct_fields or _sacct_row(cells)):
+            return SacctParser(
+                self.user, fields=self.sacct_fields, baseline=self.baseline, **options
+            )
         if lower.startswith("job_id,") and "submit_time_s" in lower:
             return JobsCsvParser(self.user, **options)
         return None
+
+    @property
+    def kind(self) -> str:
+        """What the stream was recognised as so far."""
+        return self.chosen.name if self.chosen is not None else "plain"
 
     def rewound(self, *, source: str, now: float) -> None:
         if self.chosen is not None:
@@ -111,21 +130,31 @@ def make_parser(
     launch_patterns: Sequence[str] = (),
     since: float | None = None,
     t0: float = 0.0,
+    sacct_fields: Sequence[str] | None = None,
+    baseline: bool = False,
 ) -> Parser:
     """A new parser (one per file) for `kind`; `auto` looks at the file name first.
     `since`: shell-history entries older than this are not reported; `t0`: epoch seconds
-    of a jobs CSV's time 0."""
+    of a jobs CSV's time 0; `sacct_fields`: columns of header-less sacct rows; `baseline`:
+    the first read of a job table is what was there before (see SacctParser)."""
     if kind == "auto":
         kind = kind_for_path(path) or "auto"
     redactor = redactor if redactor is not None else Redactor()
     if kind == "auto":
-        return AutoParser(user, matcher=matcher, redactor=redactor, tz=tz)
+        return AutoParser(
+            user,
+            matcher=matcher,
+            redactor=redactor,
+            tz=tz,
+            sacct_fields=sacct_fields,
+            baseline=baseline,
+        )
     if kind == "plain":
         return PlainParser(user, matcher=matcher, redactor=redactor, tz=tz)
     if kind == "jsonl":
         return JsonlParser(user, matcher=matcher, redactor=redactor, tz=tz)
     if kind == "sacct":
-        return SacctParser(user, redactor=redactor, tz=tz)
+        return SacctParser(user, redactor=redactor, tz=tz, fields=sacct_fields, baseline=baseline)
     if kind == "squeue":
         return SqueueParser(user, redactor=redactor, tz=tz)
     if kind == "shell_history":
@@ -135,3 +164,9 @@ def make_parser(
     if kind == "jobs_csv":
         return JobsCsvParser(user, redactor=redactor, tz=tz, t0=t0)
     raise ValueError(f"unknown parser {kind!r}; allowed: {', '.join(PARSER_NAMES)}")
+
+
+def _sacct_row(cells: list[str]) -> bool:
+    """A header-less sacct row: a job id first and a Slurm state among its cells."""
+    names = infer_columns(cells)
+    return names is not None and "state" in names
