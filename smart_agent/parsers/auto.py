@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import tzinfo
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 from predictors.types import Event
 from smart_agent.parsers.base import BaseParser, Parser
@@ -38,6 +38,22 @@ def kind_for_path(path: str | PurePath) -> str | None:
         return "sacct"
     if name.startswith("squeue"):
         return "squeue"
+    return None
+
+
+def sniff_kind(line: str, *, sacct_fields: bool = False) -> str | None:
+    """`sacct` or `squeue` when a first line is one of their headers (or a header-less
+    sacct row), else None. sacct spells its header `JobID`, squeue `JOBID`: the content
+    decides, whatever the file is called."""
+    head = line.strip()
+    cells = [c.strip() for c in (head.split("|") if "|" in head else head.split())]
+    if cells and cells[0] in ("JobID", "JobIDRaw"):
+        return "sacct"
+    words = {c.upper() for c in cells}
+    if "JOBID" in words and ("ST" in words or "STATE" in words):
+        return "squeue"
+    if "|" in head and (sacct_fields or _sacct_row(cells)):
+        return "sacct"
     return None
 
 
@@ -81,23 +97,15 @@ class AutoParser(BaseParser):
         return self.plain._parse(line, source, now)
 
     def _sniff(self, line: str) -> BaseParser | None:
-        head = line.strip()
-        lower = head.lower()
+        lower = line.strip().lower()
         options = {"redactor": self.redactor, "tz": self.tz}
-        cells = [c.strip() for c in (head.split("|") if "|" in head else head.split())]
-        # sacct writes its header in Slurm's own spelling (JobID), squeue in capitals (JOBID):
-        # the content decides, whatever the file is called.
-        if cells and cells[0] in ("JobID", "JobIDRaw"):
+        kind = sniff_kind(line, sacct_fields=bool(self.sacct_fields))
+        if kind == "sacct":
             return SacctParser(
                 self.user, fields=self.sacct_fields, baseline=self.baseline, **options
             )
-        words = {c.upper() for c in cells}
-        if "JOBID" in words and ("ST" in words or "STATE" in words):
-            return SqueueParser(self.user, **options)
-        if "|" in head and (self.sacct_fields or _sacct_row(cells)):
-            return SacctParser(
-                self.user, fields=self.sacct_fields, baseline=self.baseline, **options
-            )
+        if kind == "squeue":
+            return SqueueParser(self.user, baseline=self.baseline, **options)
         if lower.startswith("job_id,") and "submit_time_s" in lower:
             return JobsCsvParser(self.user, **options)
         return None
@@ -132,6 +140,7 @@ def make_parser(
     t0: float = 0.0,
     sacct_fields: Sequence[str] | None = None,
     baseline: bool = False,
+    script_base: Path | None = None,
 ) -> Parser:
     """A new parser (one per file) for `kind`; `auto` looks at the file name first.
     `since`: shell-history entries older than this are not reported; `t0`: epoch seconds
@@ -156,10 +165,15 @@ def make_parser(
     if kind == "sacct":
         return SacctParser(user, redactor=redactor, tz=tz, fields=sacct_fields, baseline=baseline)
     if kind == "squeue":
-        return SqueueParser(user, redactor=redactor, tz=tz)
+        return SqueueParser(user, redactor=redactor, tz=tz, baseline=baseline)
     if kind == "shell_history":
         return ShellHistoryParser(
-            user, patterns=launch_patterns, redactor=redactor, tz=tz, since=since
+            user,
+            patterns=launch_patterns,
+            redactor=redactor,
+            tz=tz,
+            since=since,
+            script_base=script_base,
         )
     if kind == "jobs_csv":
         return JobsCsvParser(user, redactor=redactor, tz=tz, t0=t0)
@@ -167,6 +181,7 @@ def make_parser(
 
 
 def _sacct_row(cells: list[str]) -> bool:
-    """A header-less sacct row: a job id first and a Slurm state among its cells."""
+    """A header-less sacct row: a job id first, and a Slurm state, a time or TRES among
+    its cells."""
     names = infer_columns(cells)
-    return names is not None and "state" in names
+    return names is not None and bool({"state", "submit", "end", "alloctres"} & set(names))

@@ -21,6 +21,7 @@ from smart_agent.parsers.times import parse_duration, parse_time
 from smart_agent.redact import Redactor
 
 log = logging.getLogger(__name__)
+NO_STATE = "sacct rows without a State column: no job event can be read from them."
 
 PENDING, RUNNING, FINISHED = 0, 1, 2
 _STATES = {
@@ -179,6 +180,8 @@ class SacctParser(BaseParser):
         state = cell("state")
         phase = phase_of(state)
         if phase is None:
+            if "state" not in columns and NO_STATE not in self.notes:
+                self.notes.append(NO_STATE)  # said once; such rows cannot say what happened
             return None
         gpus, model = _row_gpus(cell)
         submit = parse_time(cell("submit"), now, self.tz)

@@ -66,9 +66,12 @@ class SqueueParser(BaseParser):
         redactor: Redactor | None = None,
         tz: tzinfo | None = None,
         max_jobs: int = 20_000,
+        baseline: bool = False,
     ) -> None:
         super().__init__(user, redactor=redactor, tz=tz)
         self.max_jobs = max_jobs
+        # Reading what was written before the agent looked: events only at stated times.
+        self.baseline = baseline
         self.columns: list[str] | None = None
         self.pipe = False
         self.snapshots = 0  # headers seen
@@ -125,7 +128,7 @@ class SqueueParser(BaseParser):
             return []  # the baseline, or nothing new
         seen = before.phase if before is not None else -1
         submit = parse_time(row.get("SUBMIT"), now, self.tz)
-        start = parse_time(row.get("START"), now, self.tz)
+        start = stated_start = parse_time(row.get("START"), now, self.tz)
         if start is None and phase == RUNNING and elapsed is not None:
             start = now - elapsed
         events = []
@@ -143,18 +146,28 @@ class SqueueParser(BaseParser):
                 text=summary,
             )
 
-        if seen < PENDING:
+        live = not self.baseline
+        if not live:
+            start = stated_start  # not one derived from the read time
+        if seen < PENDING and (submit is not None or live):
             events.append(make(EventKind.JOB_SUBMITTED, submit))
-        if seen < RUNNING <= phase:
+        if seen < RUNNING <= phase and (start is not None or live):
             events.append(make(EventKind.JOB_STARTED, start))
-        if phase == FINISHED:
+        if phase == FINISHED and live:
             events.append(make(EventKind.JOB_FINISHED, now, elapsed))
         return events
+
+    def caught_up(self, *, source: str, now: float) -> list[Event]:
+        self.baseline = False  # what is written from now on is seen as it happens
+        return []
 
     def _end_snapshot(self, source: str, now: float) -> list[Event]:
         """Jobs tracked but absent from the snapshot just ended have finished."""
         events: list[Event] = []
-        if self.snapshots:
+        if self.snapshots and self.baseline:
+            for job_id in [j for j in self.known if j not in self.current]:
+                del self.known[job_id]  # ended at a time no snapshot states
+        elif self.snapshots:
             for job_id in [j for j in self.known if j not in self.current]:
                 job = self.known.pop(job_id)
                 if job.phase >= FINISHED or job.array:

@@ -92,6 +92,7 @@ class Watcher:
         max_line_bytes: int = 64 * 1024,
         idle_close_s: float = 300.0,
         notify_writes: bool = False,
+        quiet_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.specs = list(specs)
@@ -105,6 +106,7 @@ class Watcher:
         self.max_line_bytes = max_line_bytes
         self.idle_close_s = idle_close_s
         self.notify_writes = notify_writes
+        self.quiet_s = quiet_s
         self.clock = clock
         self.stats = WatchStats()
         self.tailers: dict[Path, tuple[WatchSpec, FileTailer]] = {}
@@ -202,6 +204,8 @@ class Watcher:
             log.warning("reading %s failed", path, exc_info=True)
             return 0
         spec, tailer = entry
+        if tailer.has_partial and now - tailer.grew_at >= self.quiet_s:
+            count += tailer.flush_partial()  # a last line without newline, writer quiet
         if count or (tailer.is_open and path not in self._active):
             self._active[path] = now
         if tailer.more:
