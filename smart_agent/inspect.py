@@ -17,6 +17,8 @@ from smart_agent.redact import PrivateKeyGuard, Redactor
 from smart_agent.watch.snapshot import is_job_table
 from smart_agent.watch.tailer import REWOUND, FileTailer
 
+STRUCTURED = frozenset({"sacct", "squeue", "jobs_csv", "jsonl", "shell_history"})
+
 
 @dataclass
 class Inspection:
@@ -29,12 +31,14 @@ class Inspection:
     unknown: int
     events: list[tuple[int, Event]] = field(default_factory=list)  # (source line, event)
     notes: list[str] = field(default_factory=list)
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # sacct: each job's last row
     redacted: list[str] = field(default_factory=list)  # the lines an LLM prompt may quote
 
     @property
     def recognized(self) -> bool:
-        """A job table was recognised, or some line was understood as a cue or job event."""
-        return self.kind in ("sacct", "squeue", "jobs_csv") or bool(self.events)
+        """A structured format was recognised, or a line was understood as a cue or job
+        event (a plain log none of whose lines means anything to the agent is not)."""
+        return self.kind in STRUCTURED or bool(self.events)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -46,8 +50,17 @@ class Inspection:
             "unknown_lines": self.unknown,
             "notes": list(self.notes),
             "events": [event_dict(e, line) for line, e in self.events],
+            "jobs": [{"job_id": job, **_times_iso(row)} for job, row in self.jobs.items()],
             "redacted": list(self.redacted),
         }
+
+
+def _times_iso(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("submit", "start", "end"):
+        if isinstance(out.get(key), float):
+            out[key] = datetime.fromtimestamp(out[key], UTC).isoformat(timespec="seconds")
+    return out
 
 
 def event_dict(event: Event, line: int | None = None) -> dict[str, Any]:
@@ -121,6 +134,7 @@ def inspect_file(
     result.kind = parser.kind if isinstance(parser, AutoParser) else parser.name
     result.layout = getattr(chosen, "layout_name", None)
     result.notes = list(getattr(chosen, "notes", []))
+    result.jobs = dict(getattr(chosen, "records", {}))
     result.lines = parser.stats.lines
     result.unknown = parser.stats.unknown
     return result

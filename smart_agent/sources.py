@@ -25,6 +25,7 @@ from smart_agent.parsers.shell import ShellHistoryParser
 from smart_agent.procwatch import ProcessSource, ProcessWatcher
 from smart_agent.redact import PrivateKeyGuard, Redactor
 from smart_agent.watch.paths import DEFAULT_EXCLUDE, WatchSpec
+from smart_agent.watch.snapshot import is_job_table
 from smart_agent.watch.tailer import CAUGHT_UP, REWOUND
 from smart_agent.watch.watcher import Watcher
 
@@ -64,6 +65,18 @@ class WatchEntry(_Strict):
     recursive: bool = True
     polling: PollingMode | None = Field(default=None, description="Overrides the top level.")
     t0: float = Field(default=0.0, description="jobs_csv: epoch seconds of time 0.")
+    sacct_fields: list[str] | None = Field(
+        default=None,
+        max_length=100,
+        description="sacct without a header (-n): the --format columns, in order.",
+    )
+
+    @field_validator("sacct_fields")
+    @classmethod
+    def _fields(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_%]*", f) for f in value):
+            raise ValueError("sacct field names are words like JobID, State, Submit, AllocTRES")
+        return value
 
 
 class CueEntry(_Strict):
@@ -209,7 +222,9 @@ class Sources:
             poll_s=config.poll_s,
             max_files=config.max_files,
             max_line_bytes=config.max_line_bytes,
+            from_start=self._is_table,
         )
+        self._tables: set[Path] = set()
         self.processes: ProcessWatcher | None = None
         if config.processes.patterns:
             self.processes = ProcessWatcher(
@@ -249,6 +264,14 @@ class Sources:
 
     # -- lines to events -----------------------------------------------------------------
 
+    def _is_table(self, spec: WatchSpec, path: Path) -> bool:
+        """A Slurm job table is read whole from its start, as a baseline (snapshot.py)."""
+        entry: WatchEntry = spec.key
+        if is_job_table(path, entry.parser, sacct_fields=bool(entry.sacct_fields)):
+            self._tables.add(path)
+            return True
+        return False
+
     def stream(self, spec: WatchSpec, path: Path) -> _Stream:
         stream = self._streams.get(path)
         if stream is None:
@@ -264,6 +287,9 @@ class Sources:
                 launch_patterns=self.config.processes.patterns,
                 since=since,
                 t0=entry.t0,
+                sacct_fields=entry.sacct_fields,
+                baseline=path in self._tables or spec.backfill,
+                script_base=self._home,
             )
             stream = self._streams[path] = _Stream(parser, source_label(path, self._home))
         return stream

@@ -93,6 +93,7 @@ class Watcher:
         idle_close_s: float = 300.0,
         notify_writes: bool = False,
         quiet_s: float = 5.0,
+        from_start: Callable[[WatchSpec, Path], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.specs = list(specs)
@@ -107,6 +108,8 @@ class Watcher:
         self.idle_close_s = idle_close_s
         self.notify_writes = notify_writes
         self.quiet_s = quiet_s
+        # Files read from their start though not backfilled (job tables: see snapshot.py).
+        self.from_start = from_start
         self.clock = clock
         self.stats = WatchStats()
         self.tailers: dict[Path, tuple[WatchSpec, FileTailer]] = {}
@@ -257,7 +260,9 @@ class Watcher:
         tailer = FileTailer(
             path,
             lambda p, text, s=spec: self.on_line(s, p, text),
-            from_end=not spec.backfill,
+            from_end=not (
+                spec.backfill or (self.from_start is not None and self.from_start(spec, path))
+            ),
             max_line_bytes=self.max_line_bytes,
             on_notice=None
             if self.on_notice is None
