@@ -102,6 +102,7 @@ class Runner:
             allocate_on_miss=config.allocate_on_miss,
             notify=notify,
             arrival_max_age_s=config.arrival_max_age_s,
+            max_job_gpus=config.max_job_gpus,
         )
         self._queue: queue.Queue[Event | _Tick] = queue.Queue(maxsize=100_000)
         self.sources = Sources(config, self._offer, clock=clock, **(sources_kwargs or {}))
