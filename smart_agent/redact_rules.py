@@ -58,13 +58,14 @@ PROVIDERS: tuple[tuple[str, str], ...] = (
 _SECRET_WORD = r"(?:key|token|secret|password|passwd|pass|pwd|pw|credentials?|apikey|auth)"
 
 # Secrets after a name that says so: flags, variables, tools' password options, SAS URLs.
-CONTEXT: tuple[tuple[str, str, object], ...] = (
+CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     # --wandb_key KEY, --hub-token=T, --db-pass P (the word ends the flag: --monkey is not)
     (
         "secret",
         r"(?i)(?P<key>--(?:[A-Za-z0-9]+[_-]){0,4}" + _SECRET_WORD + r")(?P<sep>[= ]\s*)"
         r"(?!\[REDACTED:)(?!-)[^\s]+",
         _value(),
+        ("--",),
     ),
     # KAGGLE_KEY=..., PGPASSWORD=..., export WANDB_API_KEY=..., set -x HF_TOKEN ...
     (
@@ -72,6 +73,7 @@ CONTEXT: tuple[tuple[str, str, object], ...] = (
         r"(?P<key>\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS))"
         r"(?P<sep>\s*=\s*|\s+(?=\S))(?!\[REDACTED:)(?!-)[^\s;&|]+",
         _value(),
+        ("key", "token", "secret", "pass", "pwd", "credentials"),
     ),
     # wandb login KEY, huggingface-cli login --token KEY (the flag rule), docker login -p P
     (
@@ -79,6 +81,7 @@ CONTEXT: tuple[tuple[str, str, object], ...] = (
         r"(?P<key>\b(?:wandb|huggingface-cli|hf|gh|npm|heroku)\s+(?:auth\s+)?login"
         r"(?:\s+--(?:relogin|host[= ]\S+|cloud|verify))*)(?P<sep>\s+)(?!--?\w)(?!\[REDACTED:)\S+",
         _value(),
+        ("login",),
     ),
     # sshpass -p PASS, mysql -pPASS / -p PASS, docker login -p PASS, smbclient -U u%PASS
     (
@@ -86,20 +89,42 @@ CONTEXT: tuple[tuple[str, str, object], ...] = (
         r"(?P<key>\b(?:sshpass|mysql|mysqldump|mariadb|docker\s+login|podman\s+login)\b"
         r"[^|;&\n]*?\s-p)(?P<sep>\s*)(?!\[REDACTED:)[^\s;&|]+",
         _value(),
+        ("sshpass", "mysql", "mariadb", "login"),
     ),
-    ("secret", r"(?P<key>\bsmbclient\b[^|;&\n]*?-U\s*\S+?%)(?P<sep>)[^\s;&|]+", _value()),
+    (
+        "secret",
+        r"(?P<key>\bsmbclient\b[^|;&\n]*?-U\s*\S+?%)(?P<sep>)[^\s;&|]+",
+        _value(),
+        ("smbclient",),
+    ),
     # Azure storage connection strings and SAS tokens
-    ("azure", r"(?P<key>AccountKey=)(?P<sep>)[A-Za-z0-9+/=]{20,}", _value("azure")),
-    ("azure", r"(?P<key>SharedAccessKey=)(?P<sep>)[A-Za-z0-9+/=]{20,}", _value("azure")),
-    ("azure", r"(?P<key>[?&]sig=)(?P<sep>)[A-Za-z0-9%+/=]{16,}", _value("azure")),
+    (
+        "azure",
+        r"(?P<key>AccountKey=)(?P<sep>)[A-Za-z0-9+/=]{20,}",
+        _value("azure"),
+        ("accountkey",),
+    ),
+    (
+        "azure",
+        r"(?P<key>SharedAccessKey=)(?P<sep>)[A-Za-z0-9+/=]{20,}",
+        _value("azure"),
+        ("sharedaccesskey",),
+    ),
+    ("azure", r"(?P<key>[?&]sig=)(?P<sep>)[A-Za-z0-9%+/=]{16,}", _value("azure"), ("sig=",)),
     # AWS pre-signed URLs and session tokens in query strings
     (
         "aws",
         r"(?P<key>X-Amz-(?:Signature|Security-Token|Credential)=)(?P<sep>)[^&\s]+",
         _value("aws"),
+        ("x-amz-",),
     ),
     # key = "..." in config dumps, private_key_id and the like (the base rule needs a word)
-    ("secret", r"(?P<key>\bpassword\s*:\s*)(?P<sep>)(?!\[REDACTED:)\S+", _value()),
+    (
+        "secret",
+        r"(?P<key>\bpassword\s*:\s*)(?P<sep>)(?!\[REDACTED:)\S+",
+        _value(),
+        ("password",),
+    ),
 )
 
 # User names in home and cluster storage paths (the base rules cover /home/ and /Users/).
@@ -108,11 +133,16 @@ _PATH_ROOTS = (
     r"|global/homes/[a-z]|glade/(?:u/home|scratch|work)|lustre/(?:scratch|home)"
     r"|p/home/jusers|work/[a-z0-9_]+|project/[a-z0-9_]+|data/users|mnt/home|nfs/home)/"
 )
-PATHS: tuple[tuple[str, str, object], ...] = (
+PATHS: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     (
         "home",
         r"(?P<base>" + _PATH_ROOTS + r")(?!\[)(?P<user>[^/\s'\"]+)(?=/|\s|$|['\"])",
         lambda m: f"{m.group('base')}[user]",
+        (
+            *("/scratch", "/users", "/u/", "/homes", "/storage", "/global", "/glade"),
+            *("/lustre", "/p/home", "/work/", "/project/", "/data/users", "/mnt/home"),
+            "/nfs/home",
+        ),
     ),
 )
 
@@ -148,10 +178,13 @@ PUBLIC_DOMAINS = frozenset(
         "example.edu",
     }
 )
-_HOST_TLDS = (
-    r"(?:internal|local|localdomain|lan|corp|intra|intranet|cluster|hpc|priv|private|edu|gov"
-    r"|com|org|net|io|ai|co|de|uk|fr|ch|jp|cn|ca|au|nl|se|it|es|us|kr|in|fi|no|dk|at|be|pl)"
+_TLD_LIST = (
+    *("internal", "local", "localdomain", "lan", "corp", "intra", "intranet", "cluster", "hpc"),
+    *("priv", "private", "edu", "gov", "com", "org", "net", "io", "ai", "co", "de", "uk", "fr"),
+    *("ch", "jp", "cn", "ca", "au", "nl", "se", "it", "es", "us", "kr", "in", "fi", "no", "dk"),
+    *("at", "be", "pl"),
 )
+_HOST_TLDS = "(?:" + "|".join(_TLD_LIST) + ")"
 _FQDN = re.compile(
     r"(?<![\w.@/-])(?P<host>[a-z0-9](?:[a-z0-9-]{0,62})(?:\.[a-z0-9](?:[a-z0-9-]{0,62}))*"
     r"\." + _HOST_TLDS + r")(?![\w.-]*[\w-])(?![\w-])"
@@ -173,28 +206,47 @@ def _node(match: re.Match[str]) -> str:
     return f"{match.group('key')}{_mark('host')}{match.group('tail')}"
 
 
-HOSTS: tuple[tuple[str, str, object], ...] = (
-    ("host", _FQDN.pattern, _host),
+HOSTS: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
+    ("host", _FQDN.pattern, _host, tuple("." + t for t in _TLD_LIST)),
     # Cluster node names where Slurm, srun, pdsh and launchers print them.
     (
         "host",
         r"(?P<key>\bON |slurmstepd-|srun: error: |^stdout: |^stderr: |\bhost(?:name)?[=:]\s?"
         r"|\bon node |\bnodelist[=:]\s?)(?!\[REDACTED:)[A-Za-z][\w.-]*(?P<tail>:?)",
         _node,
+        ("on ", "slurmstepd-", "srun: error", "stdout:", "stderr:", "host", "nodelist"),
     ),
-    ("host", r"(?P<key>^)(?=[a-z][a-z0-9-]*\d: \[)[a-z][a-z0-9-]*\d(?P<tail>:)", _node),
+    (
+        "host",
+        r"(?P<key>^)(?=[a-z][a-z0-9-]*\d: \[)[a-z][a-z0-9-]*\d(?P<tail>:)",
+        _node,
+        (": [",),
+    ),
 )
 
 
-def extra_rules() -> list[tuple[str, str, object, int]]:
-    """(kind, pattern, replacement, flags) in the order they must run: provider tokens
-    first, then named secrets, then paths and hosts (see redact.BUILTIN)."""
-    rules: list[tuple[str, str, object, int]] = [
-        (kind, _NB + pattern + _END, _mark(kind), 0) for kind, pattern in PROVIDERS
+Rule = tuple[str, str, object, int, tuple[str, ...]]
+
+
+def _prefix(pattern: str) -> tuple[str, ...]:
+    """The literal start of a provider pattern, lower-cased: a line without it is skipped."""
+    found = re.match(r"[A-Za-z0-9_-]+", pattern)
+    head = found.group(0) if found else ""
+    return (head.lower(),) if len(head) >= 2 else ()
+
+
+def extra_rules() -> list[Rule]:
+    """(kind, pattern, replacement, flags, hints) in the order they must run: provider
+    tokens first, then named secrets (see redact.BUILTIN). `hints`: lower-case strings of
+    which a text must hold one for the rule to be tried (most lines hold none)."""
+    rules: list[Rule] = [
+        (kind, _NB + pattern + _END, _mark(kind), 0, _prefix(pattern))
+        for kind, pattern in PROVIDERS
     ]
-    rules += [(kind, pattern, repl, 0) for kind, pattern, repl in CONTEXT]
+    rules += [(kind, pattern, repl, 0, hints) for kind, pattern, repl, hints in CONTEXT]
     return rules
 
 
-def late_rules() -> list[tuple[str, str, object, int]]:
-    return [(k, p, r, re.M) for k, p, r in (*PATHS, *HOSTS)]
+def late_rules() -> list[Rule]:
+    """Paths and hosts, after every secret rule."""
+    return [(k, p, r, re.M, hints) for k, p, r, hints in (*PATHS, *HOSTS)]
