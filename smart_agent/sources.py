@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 ParserName = Literal["auto", "plain", "jsonl", "sacct", "squeue", "shell_history", "jobs_csv"]
 PollingMode = Literal["auto", "always", "never"]
 PRIME_BYTES = 16 * 1024  # end of a shell history read at start, so rewrites do not replay it
+UNRECOGNIZED_AFTER = 20  # lines read, none understood: the file is said to be unrecognised
 
 
 def login_name() -> str:
@@ -188,6 +189,7 @@ class Sources:
         clock: Callable[[], float] = time.time,
         process_source: ProcessSource | None = None,
         home: Path | None = None,
+        on_unrecognized: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
@@ -202,6 +204,8 @@ class Sources:
         self._since: float | None = None
         self.events = 0
         self.callback_errors = 0
+        self.unrecognized: list[str] = []
+        self.on_unrecognized = on_unrecognized
         specs = [
             WatchSpec(
                 path=self._expand(entry.path),
@@ -308,6 +312,24 @@ class Sources:
         elif what == CAUGHT_UP:
             for event in stream.parser.caught_up(source=stream.label, now=self.clock()):
                 self._deliver(event)
+            self._check_recognized(stream)
+
+    def _check_recognized(self, stream: _Stream) -> None:
+        """A file none of whose lines (at least UNRECOGNIZED_AFTER) meant anything is
+        said once: its log line, `unrecognized` in stats and the `on_unrecognized` hook."""
+        stats = stream.parser.stats
+        if stream.label in self.unrecognized or stats.events:
+            return
+        if stats.lines >= UNRECOGNIZED_AFTER and stats.unknown == stats.lines:
+            self.unrecognized.append(stream.label)
+            log.warning(
+                "%s: no line of it is understood (parser %s); `jitgpu agent inspect` shows "
+                "what is read from it",
+                stream.label,
+                stream.parser.name,
+            )
+            if self.on_unrecognized is not None:
+                self.on_unrecognized(stream.label)
 
     def _deliver(self, event: Event) -> None:
         with self._lock:
@@ -384,4 +406,5 @@ class Sources:
                 "errors": procs.errors,
             },
             "sources": per_source,
+            "unrecognized": list(self.unrecognized),
         }
