@@ -90,3 +90,19 @@ def test_a_file_nothing_is_read_from_is_said_once(tmp_path: Path) -> None:
     sources.watcher.poll_once()
     assert len(text.splitlines()) * 2 >= UNRECOGNIZED_AFTER
     assert said == ["~/gpus.txt"] and sources.stats()["unrecognized"] == ["~/gpus.txt"]
+
+
+def test_agent_status_lists_the_files_not_recognized(tmp_path: Path) -> None:
+    from smart_agent.predlog import PredictionLog
+    from smart_agent.runner import UNRECOGNIZED_KEY
+
+    log_path = tmp_path / "p.db"
+    (tmp_path / "policy.yaml").write_text("min_confidence: 0.5\n")
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"user: alice\npolicy: policy.yaml\nprediction_log: {log_path}\n")
+    log = PredictionLog(log_path)
+    log.set_meta(UNRECOGNIZED_KEY, json.dumps(["~/gpus.txt"]))
+    log.close()
+    result = runner.invoke(app, ["agent", "status", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "not recognized" in result.stdout and "~/gpus.txt" in result.stdout
