@@ -24,6 +24,7 @@ from smart_agent.parsers.cues import CueMatcher, CueRule
 from smart_agent.parsers.shell import ShellHistoryParser
 from smart_agent.procwatch import ProcessSource, ProcessWatcher
 from smart_agent.redact import PrivateKeyGuard, Redactor
+from smart_agent.slurm_source import SlurmConfig, SlurmSource
 from smart_agent.watch.paths import DEFAULT_EXCLUDE, WatchSpec
 from smart_agent.watch.snapshot import is_job_table
 from smart_agent.watch.tailer import CAUGHT_UP, REWOUND
@@ -137,6 +138,7 @@ class SourcesConfig(_Strict):
     max_line_bytes: int = Field(default=64 * 1024, ge=256, le=16 * 1024 * 1024)
     timezone: str = Field(default="local", description="Zone of log times written without one.")
     redact: RedactConfig = Field(default_factory=RedactConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     @field_validator("timezone")
     @classmethod
@@ -229,6 +231,17 @@ class Sources:
             from_start=self._is_table,
         )
         self._tables: set[Path] = set()
+        self.slurm: SlurmSource | None = None
+        if config.slurm.wanted():
+            self.slurm = SlurmSource(
+                self._deliver,
+                user=config.user,
+                redactor=self.redactor,
+                tz=self.tz,
+                interval_s=config.slurm.interval_s,
+                lookback=config.slurm.lookback,
+                clock=clock,
+            )
         self.processes: ProcessWatcher | None = None
         if config.processes.patterns:
             self.processes = ProcessWatcher(
@@ -256,8 +269,12 @@ class Sources:
         self.watcher.start()
         if self.processes is not None:
             self.processes.start()
+        if self.slurm is not None:
+            self.slurm.start()
 
     def stop(self) -> None:
+        if self.slurm is not None:
+            self.slurm.stop()
         if self.processes is not None:
             self.processes.stop()
         self.watcher.stop()
@@ -407,4 +424,12 @@ class Sources:
             },
             "sources": per_source,
             "unrecognized": list(self.unrecognized),
+            "slurm": None
+            if self.slurm is None
+            else {
+                "mode": self.slurm.mode,
+                "polls": self.slurm.polls,
+                "events": self.slurm.events,
+                "errors": self.slurm.errors,
+            },
         }
