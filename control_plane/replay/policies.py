@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from control_plane.replay.trace import Job
+from predictors.budget import Totals
 
 
 class Control(Protocol):
@@ -38,6 +39,10 @@ class Control(Protocol):
 
     def release(self, user: str) -> None:
         """End every hold of `user` now."""
+        ...
+
+    def totals(self) -> Totals:
+        """Running GPU-second totals so far: busy, idle, and what reactive would idle."""
         ...
 
 

@@ -1,0 +1,121 @@
+"""An idle budget as the knob: an online controller that moves a price to keep idle within it."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from math import exp
+
+DEFAULT_BUDGET = 0.05  # idle GPU-hours per busy GPU-hour, over what reactive would idle
+DEFAULT_WINDOW_S = 24 * 3600.0
+DEFAULT_PRICE = 0.009  # where the controller starts: the price tuned for this budget
+MIN_PRICE = 1e-4
+MAX_PRICE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Running totals at one time, in GPU-seconds: GPUs busy with jobs, idle (warming or
+    held), and what reactive would have idled for the same jobs (their own warm-ups)."""
+
+    at: float
+    busy_gpu_s: float
+    idle_gpu_s: float
+    reactive_idle_gpu_s: float
+
+
+class BudgetController:
+    """Keeps the realised idle within `budget` over a sliding `window_s`, by moving a price.
+
+    The measure is what an operator sets: (idle - reactive's idle) / busy GPU time, i.e. the
+    idle GPU-hours spent on pre-warming per busy GPU-hour. Each `update` compares the
+    window's ratio with the budget and moves the price multiplicatively (a higher price buys
+    fewer, shorter holds), by at most a factor exp(`gain`) per step, between `min_price` and
+    `max_price`. Before the window holds `min_busy_gpu_s` of work it keeps the price.
+
+    Aiming a little below the budget (`target` < 1) leaves room for the lag: idle is charged
+    when a hold ends, after the price that made it.
+    """
+
+    def __init__(
+        self,
+        budget: float = DEFAULT_BUDGET,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        price: float = DEFAULT_PRICE,
+        gain: float = 0.5,
+        target: float = 0.85,
+        min_price: float = MIN_PRICE,
+        max_price: float = MAX_PRICE,
+        min_busy_gpu_s: float = 3600.0,
+    ) -> None:
+        if not budget >= 0:
+            raise ValueError(f"budget must not be negative, not {budget}")
+        if not window_s > 0:
+            raise ValueError("window_s must be positive")
+        if not 0 < min_price <= price <= max_price:
+            raise ValueError("price must lie in [min_price, max_price], both positive")
+        if not gain > 0 or not 0 < target <= 1:
+            raise ValueError("gain must be positive and target in (0, 1]")
+        self.budget = budget
+        self.window_s = window_s
+        self.price = price
+        self.gain = gain
+        self.target = target
+        self.min_price = min_price
+        self.max_price = max_price
+        self.min_busy_gpu_s = min_busy_gpu_s
+        self._samples: deque[Totals] = deque()
+        self.updates = 0
+
+    def ratio(self) -> float | None:
+        """The window's extra idle over busy, None before it has enough work to judge."""
+        if len(self._samples) < 2:
+            return None
+        first, last = self._samples[0], self._samples[-1]
+        busy = last.busy_gpu_s - first.busy_gpu_s
+        if busy < self.min_busy_gpu_s:
+            return None
+        extra = (last.idle_gpu_s - first.idle_gpu_s) - (
+            last.reactive_idle_gpu_s - first.reactive_idle_gpu_s
+        )
+        return extra / busy
+
+    def update(self, totals: Totals) -> float:
+        """Record running totals and return the price to use from now on."""
+        samples = self._samples
+        samples.append(totals)
+        while len(samples) > 2 and samples[1].at <= totals.at - self.window_s:
+            samples.popleft()
+        ratio = self.ratio()
+        if ratio is None:
+            return self.price
+        aim = self.budget * self.target
+        # Error relative to the budget: +1 is twice the aim, -1 is no extra idle at all.
+        scale = max(aim, 1e-6)
+        error = max(-1.0, min(1.0, (ratio - aim) / scale))
+        self.price = min(self.max_price, max(self.min_price, self.price * exp(self.gain * error)))
+        self.updates += 1
+        return self.price
+
+
+class TenantBudgets:
+    """One controller per tenant plus one for the whole cluster; a tenant's price is the
+    higher of the two, so neither budget is exceeded to please the other."""
+
+    def __init__(self, budget: float = DEFAULT_BUDGET, **options: float) -> None:
+        self._options = options
+        self.budget = budget
+        self.cluster = BudgetController(budget, **options)  # type: ignore[arg-type]
+        self.tenants: dict[str, BudgetController] = {}
+
+    def for_tenant(self, tenant: str, budget: float | None = None) -> BudgetController:
+        ctl = self.tenants.get(tenant)
+        if ctl is None:
+            chosen = self.budget if budget is None else budget
+            ctl = self.tenants[tenant] = BudgetController(chosen, **self._options)  # type: ignore[arg-type]
+        return ctl
+
+    def price(self, tenant: str) -> float:
+        own = self.tenants.get(tenant)
+        return max(self.cluster.price, own.price if own is not None else 0.0)
