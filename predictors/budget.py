@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from math import exp
+from math import exp, log
 
 DEFAULT_BUDGET = 0.05  # idle GPU-hours per busy GPU-hour, over what reactive would idle
 DEFAULT_WINDOW_S = 24 * 3600.0
@@ -29,12 +29,13 @@ class BudgetController:
 
     The measure is what an operator sets: (idle - reactive's idle) / busy GPU time, i.e. the
     idle GPU-hours spent on pre-warming per busy GPU-hour. Each `update` compares the
-    window's ratio with the budget and moves the price multiplicatively (a higher price buys
-    fewer, shorter holds), by at most a factor exp(`gain`) per step, between `min_price` and
-    `max_price`. Before the window holds `min_busy_gpu_s` of work it keeps the price.
-
-    Aiming a little below the budget (`target` < 1) leaves room for the lag: idle is charged
-    when a hold ends, after the price that made it.
+    window's ratio with `target` x the budget (aiming a little below leaves room for the lag:
+    idle is known only after the holds a price made) and sets the price in log space, as a
+    PI controller: a proportional part (`kp`) that follows the current error and an
+    integral part (`ki` per update) that learns the level, both of the error relative to
+    the aim, clipped to [-1, 2]. The integral is kept where the price stays within
+    [`min_price`, `max_price`] (no wind-up). Before the window holds `min_busy_gpu_s` of
+    work it keeps the starting price, which should come from tuning at that budget.
     """
 
     def __init__(
@@ -43,8 +44,9 @@ class BudgetController:
         *,
         window_s: float = DEFAULT_WINDOW_S,
         price: float = DEFAULT_PRICE,
-        gain: float = 0.5,
-        target: float = 0.85,
+        kp: float = 1.0,
+        ki: float = 0.1,
+        target: float = 0.95,
         min_price: float = MIN_PRICE,
         max_price: float = MAX_PRICE,
         min_busy_gpu_s: float = 3600.0,
@@ -55,17 +57,19 @@ class BudgetController:
             raise ValueError("window_s must be positive")
         if not 0 < min_price <= price <= max_price:
             raise ValueError("price must lie in [min_price, max_price], both positive")
-        if not gain > 0 or not 0 < target <= 1:
-            raise ValueError("gain must be positive and target in (0, 1]")
+        if not (kp >= 0 and ki >= 0) or not 0 < target <= 1:
+            raise ValueError("kp and ki must not be negative, and target in (0, 1]")
         self.budget = budget
         self.window_s = window_s
-        self.price = price
-        self.gain = gain
+        self.start_price = self.price = price
+        self.kp = kp
+        self.ki = ki
         self.target = target
         self.min_price = min_price
         self.max_price = max_price
         self.min_busy_gpu_s = min_busy_gpu_s
         self._samples: deque[Totals] = deque()
+        self._integral = 0.0
         self.updates = 0
 
     def ratio(self) -> float | None:
@@ -90,11 +94,12 @@ class BudgetController:
         ratio = self.ratio()
         if ratio is None:
             return self.price
-        aim = self.budget * self.target
-        # Error relative to the budget: +1 is twice the aim, -1 is no extra idle at all.
-        scale = max(aim, 1e-6)
-        error = max(-1.0, min(1.0, (ratio - aim) / scale))
-        self.price = min(self.max_price, max(self.min_price, self.price * exp(self.gain * error)))
+        aim = max(self.budget * self.target, 1e-6)
+        error = max(-1.0, min(2.0, (ratio - aim) / aim))
+        lo, hi = log(self.min_price / self.start_price), log(self.max_price / self.start_price)
+        self._integral = max(lo, min(hi, self._integral + self.ki * error))
+        level = max(lo, min(hi, self._integral + self.kp * error))
+        self.price = self.start_price * exp(level)
         self.updates += 1
         return self.price
 

@@ -133,9 +133,14 @@ class Simulator:
             intent.expire_at = max(intent.expire_at, until)
 
     def totals(self) -> Totals:
-        rec = self.rec
+        # Accrued so far, not charged: a job's whole run counts when it starts and a hold's
+        # idle when it ends, both too late for a controller. GPUs not free so far are busy
+        # or idle; idle so far is what ended holds were charged plus open holds' time.
+        rec, now = self.rec, self._now
         idle = rec.warming_gpu_s + rec.ready_idle_gpu_s
-        return Totals(self._now, rec.busy_gpu_s, idle, rec.reactive_idle_gpu_s)
+        idle += sum(len(h.gpus) * (now - h.aside_at) for h in self.book.holds.values())
+        busy = max(0.0, rec.taken_gpu_s - idle)
+        return Totals(now, busy, idle, rec.reactive_idle_gpu_s)
 
     def release(self, user: str) -> None:
         for hold in self.book.user_holds(user):

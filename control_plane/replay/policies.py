@@ -68,6 +68,10 @@ class Policy:
     def on_tick(self, now: float, ctl: Control) -> None:
         """Called every `tick_s` seconds."""
 
+    def adopt(self, trained: Policy) -> None:
+        """Start from what `trained` (built from the same spec) learnt on earlier days; the
+        default learns nothing worth carrying over."""
+
 
 PolicyFactory = Callable[[str | None], Policy]
 

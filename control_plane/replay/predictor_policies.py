@@ -21,7 +21,7 @@ from functools import partial
 from control_plane.replay.forecast import ForecastPolicy, flag
 from control_plane.replay.policies import Control, Policy, number, parse_options, register_policy
 from predictors.base import Predictor
-from predictors.burst import BurstPredictor
+from predictors.burst import WEIGHTS, BurstPredictor
 from predictors.ensemble import Ensemble
 from predictors.ewma import EwmaPredictor
 from predictors.histogram import HistogramPredictor
@@ -117,6 +117,7 @@ def burst_predictor(options: dict[str, str], name: str = "burst") -> BurstPredic
         # Valued as warm after a finish only where the adapter keeps the ending job's GPUs.
         warm_after_finish=flag(options, "reuse", True),
         value_fit=flag(options, "fit", True),
+        weigh=_choice(options, "weigh", tuple(WEIGHTS), "jobs"),
         name=name,
     )
     # Without `lead=` the warm-up is the replay's cold start, set when the replay begins.
@@ -124,7 +125,7 @@ def burst_predictor(options: dict[str, str], name: str = "burst") -> BurstPredic
     return predictor
 
 
-BURST_OPTIONS = ("window", "price", "jobs", "size", "lead", "pool", "fit")
+BURST_OPTIONS = ("window", "price", "jobs", "size", "lead", "pool", "fit", "weigh")
 
 
 def _burst(arg: str | None) -> Policy:
@@ -228,7 +229,18 @@ _MEMBER_BUILDERS: dict[str, Callable[[dict[str, str]], Predictor]] = {
 }
 
 
-ENSEMBLE_SHARED = ("price", "window", "jobs", "fit", "size", "lead", "pool", "tail", "horizon")
+ENSEMBLE_SHARED = (
+    "price",
+    "window",
+    "jobs",
+    "fit",
+    "size",
+    "lead",
+    "pool",
+    "weigh",
+    "tail",
+    "horizon",
+)
 
 
 def _ensemble(arg: str | None) -> Policy:
@@ -267,6 +279,7 @@ _KNOB_OWNERS = {
     "size": ("burst",),
     "lead": ("burst",),
     "pool": ("burst",),
+    "weigh": ("burst",),
     "tail": ("histogram",),
     "horizon": ("ewma", "seasonality"),
 }
@@ -274,7 +287,7 @@ _KNOB_OWNERS = {
 
 def _member_options(member: str, options: dict[str, str]) -> dict[str, str]:
     keys = {
-        "burst": ("price", "window", "jobs", "fit", "size", "lead", "pool", "reuse"),
+        "burst": ("price", "window", "jobs", "fit", "size", "lead", "pool", "weigh", "reuse"),
         "histogram": ("tail",),
         "ewma": ("horizon",),
         "seasonality": ("horizon",),
