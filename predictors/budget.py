@@ -9,8 +9,8 @@ from math import exp, log
 DEFAULT_BUDGET = 0.05  # idle GPU-hours per busy GPU-hour, over what reactive would idle
 DEFAULT_WINDOW_S = 24 * 3600.0
 DEFAULT_PRICE = 0.009  # where the controller starts: the price tuned for this budget
-MIN_PRICE = 1e-4
-MAX_PRICE = 1.0
+MIN_PRICE = 1e-6
+MAX_PRICE = 100.0
 
 
 @dataclass(frozen=True, slots=True)

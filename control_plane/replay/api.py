@@ -17,6 +17,7 @@ PLUGIN_MODULES = (
     "control_plane.replay.predictor_policies",
     "control_plane.replay.llm_policy",
     "control_plane.replay.budget_policy",
+    "control_plane.replay.session_policy",
 )
 
 

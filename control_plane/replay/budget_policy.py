@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from control_plane.replay.forecast import Forecaster, ForecastPolicy
+from control_plane.replay.forecast import Forecaster, ForecastPolicy, flag
 from control_plane.replay.policies import (
     Control,
     Policy,
@@ -21,8 +21,21 @@ from control_plane.replay.predictor_policies import (
     burst_predictor,
     bursts_in,
 )
+from control_plane.replay.session_policy import (
+    SESSION_OPTIONS,
+    MergedForecaster,
+    follow_cold_start,
+    session_model,
+)
 from control_plane.replay.trace import Job
-from predictors.budget import DEFAULT_BUDGET, DEFAULT_PRICE, DEFAULT_WINDOW_S, BudgetController
+from predictors.budget import (
+    DEFAULT_BUDGET,
+    DEFAULT_PRICE,
+    DEFAULT_WINDOW_S,
+    MAX_PRICE,
+    MIN_PRICE,
+    BudgetController,
+)
 from predictors.burst import BurstPredictor
 
 # The default family and its structure (tuned on Helios days 0-9): the priced burst forecast
@@ -30,6 +43,7 @@ from predictors.burst import BurstPredictor
 # like the ending job. Its price is not an option: the budget controller sets it.
 DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
 DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
+DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
 
 
 class BudgetedPolicy(ForecastPolicy):
@@ -87,19 +101,45 @@ class BudgetedPolicy(ForecastPolicy):
 
 def _default(arg: str | None) -> Policy:
     options = parse_options(
-        arg, allowed=("budget", "window", "price", "period", *BURST_OPTIONS, *ADAPTER)
+        arg,
+        allowed=(
+            "budget",
+            "window",
+            "price",
+            "period",
+            "session",
+            *SESSION_OPTIONS,
+            *BURST_OPTIONS,
+            *ADAPTER,
+        ),
     )
+    session = flag(options, "session", DEFAULT_SESSION)
+    if not session and any(k in options for k in SESSION_OPTIONS):
+        raise ValueError("options gap= and session_jobs= need session=1")
+    model = session_model(options) if session else None
     budget = number(options, "budget", DEFAULT_BUDGET)
     window = number(options, "window", DEFAULT_WINDOW_S, minimum=60.0)
-    start = number(options, "price", DEFAULT_PRICE, minimum=1e-4)
+    start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
     period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
-    for key in ("budget", "window", "period"):
+    for key in ("budget", "window", "period", "session", *SESSION_OPTIONS):
         burst_options.pop(key, None)
     predictor = burst_predictor(burst_options)
     policy = adapt(predictor, burst_options, cls=BudgetedPolicy)
     assert isinstance(policy, BudgetedPolicy)
-    controller = BudgetController(budget, window_s=window, price=min(start, 1.0))
+    if model is not None:
+        # The session model's clump pipeline and cadence beside the burst forecast.
+        policy.forecaster = MergedForecaster(policy.forecaster, model)
+        policy.rebind()
+        follow = policy.on_begin
+
+        def begin(ctl: Control) -> None:
+            if follow is not None:
+                follow(ctl)
+            follow_cold_start(model, ctl)
+
+        policy.on_begin = begin
+    controller = BudgetController(budget, window_s=window, price=min(start, MAX_PRICE))
     policy.steer(controller, period, bursts_in(predictor))
     return policy
 

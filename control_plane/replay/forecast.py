@@ -101,8 +101,12 @@ class ForecastPolicy(Policy):
         self.reuse = reuse
         self.topup = topup
         self._asked: dict[tuple[str, float], int] = {}
-        self._on_arrival = getattr(forecaster, "observe_arrival", None)
-        self._on_finish = getattr(forecaster, "observe_finish", None)
+        self.rebind()
+
+    def rebind(self) -> None:
+        """Look up the forecaster's optional hooks again (after replacing `forecaster`)."""
+        self._on_arrival = getattr(self.forecaster, "observe_arrival", None)
+        self._on_finish = getattr(self.forecaster, "observe_finish", None)
 
     def begin(self, jobs: Sequence[Job], ctl: Control) -> None:
         # Settings that follow the simulated cluster (a lead that follows the cold start).
