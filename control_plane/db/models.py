@@ -27,6 +27,8 @@ class TenantRow(SQLModel, table=True):
     max_hold_ttl_s: int = 3600
     allowed_warmups: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     holds_may_preempt_holds: bool = False
+    # Idle over busy (beyond reactive) the tenant's agents steer to; None: not set.
+    idle_budget: float | None = None
     # Decayed GPU-seconds used, as of usage_at: the input of weighted fair share.
     usage_gpu_s: float = 0.0
     usage_at: float = 0.0

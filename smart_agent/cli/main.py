@@ -131,9 +131,17 @@ def replay(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
     cold_start: float = typer.Option(120.0, "--cold-start", min=0, help="Seconds to warm."),
     policy: list[str] = typer.Option(
-        ..., "--policy", help="reactive, oracle, keepalive:S, static:N, hybrid-histogram, ..."
+        ...,
+        "--policy",
+        help="default, reactive, oracle, keepalive:S, static:N, hybrid-histogram, ...",
     ),
     fmt: str = typer.Option("table", "--format", help="table or json"),
+    budget: float | None = typer.Option(
+        None, "--budget", help="Idle budget of --policy default (idle/busy over reactive)."
+    ),
+    split: str | None = typer.Option(
+        None, "--split-days", help="TRAIN:TEST days: learn on the first, report the second."
+    ),
 ) -> None:
     """Replay a job trace through the scheduling core under each pre-warm policy."""
     from control_plane.replay import TraceError, format_results, run_replay
@@ -143,7 +151,13 @@ def replay(
         raise typer.Exit(2)
     try:
         results = run_replay(
-            trace, capacity, gpus_per_node=gpus_per_node, cold_start_s=cold_start, policies=policy
+            trace,
+            capacity,
+            gpus_per_node=gpus_per_node,
+            cold_start_s=cold_start,
+            policies=policy,
+            budget=budget,
+            split=split,
         )
     except (TraceError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
