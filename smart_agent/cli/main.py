@@ -75,6 +75,22 @@ def migrate(
     db.dispose()
 
 
+@app.command("slurm-bridge")
+def slurm_bridge(
+    server: str | None = typer.Option(
+        None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+    ),
+    config: Path | None = typer.Option(None, "--config", help="configs/slurm-bridge.yaml"),
+) -> None:
+    """Serve jitgpu holds on a Slurm cluster: reservations, power-up, claims (docs/slurm.md)."""
+    from control_plane.slurm_bridge.main import main
+
+    raise typer.Exit(main(config, server, token))
+
+
 @app.command()
 def node(
     server: str | None = typer.Option(

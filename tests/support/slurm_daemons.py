@@ -106,6 +106,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+# A job that claimed a hold outlives its reservation (the bridge ends it early, at the claim).
+ResvOverRun=UNLIMITED
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_min_interval=100000
 SelectType=select/cons_tres
