@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/slurm_prewarm.py --jobs 3 --boot 10
 
-A throwaway Slurm cluster on loopback (tests/support/slurm_cluster.py): an always-on node kept
-busy, and a power-saving cloud node whose resume program boots it in `--boot` seconds. The
+A throwaway Slurm cluster on loopback (control_plane/slurm_bridge/local_cluster.py): an always-on
+node kept busy, and a power-saving cloud node whose resume program boots it in `--boot` seconds. The
 same job sequence runs twice, each job after the cloud node has suspended again:
 
 - reactive: the researcher's `sbatch --gres=gpu:1` wakes the node; it waits for the boot.

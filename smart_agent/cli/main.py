@@ -157,8 +157,17 @@ def replay(
 
 
 @app.command()
-def demo(keep: bool = typer.Option(False, "--keep", help="Keep the working folder.")) -> None:
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="Keep the working folder."),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Pre-warm on a throwaway Slurm cluster (needs slurm-wlm, munge)."
+    ),
+) -> None:
     """Run the demo: control plane, two simulated GPU nodes, the agent on a sample pipeline."""
+    if slurm:
+        from control_plane.slurm_bridge.demo import run_slurm_demo
+
+        raise typer.Exit(run_slurm_demo())
     from smart_agent.demo.run import run_demo
 
     raise typer.Exit(run_demo(keep=keep))

@@ -1,4 +1,4 @@
-"""Config files and scripts of a throwaway Slurm cluster on loopback (see slurm_cluster)."""
+"""Config files and scripts of a throwaway Slurm cluster on loopback (see local_cluster)."""
 
 from __future__ import annotations
 
