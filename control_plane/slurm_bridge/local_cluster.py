@@ -47,6 +47,9 @@ class SlurmCluster:
                 f"missing Slurm binaries {missing} (Debian: apt-get install slurm-wlm munge)"
             )
         root = Path(tempfile.mkdtemp(prefix="jitgpu-slurm-"))
+        # Other local users reach the munge socket and slurm.conf through it (tests submit
+        # as a second user); the munge key's own folder stays closed.
+        root.chmod(0o755)
         ctld, always_on, cloud = free_ports(3)
         self.layout = Layout(
             root=root,

@@ -116,3 +116,30 @@ def test_restart_adopts_and_an_admin_deleted_reservation_ends_the_hold(world: Wo
         world.tick()
         time.sleep(0.2)
     assert world.reservations() == {}
+
+
+def test_another_users_job_waits_at_most_until_the_hold_ends(world: World) -> None:
+    other = "nobody"
+    world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None, "gpu1 busy"
+    )
+    hold = world.hold(ttl_s=8)
+    name = f"jitgpu-{hold['id']}"
+    world.until(lambda: name in world.reservations() or None, "reservation made")
+    expires = world.reservations()[name].end
+    assert expires is not None
+    # Someone else's job, wanting the only free GPUs: kept off the reserved node...
+    job = world.slurm.sbatch("--gres=gpu:1", "--output=/dev/null", "--wrap=sleep 5", user=other)
+    world.tick()
+    time.sleep(1.0)
+    assert world.slurm.job_field(job, "JobState") == "PENDING"
+    # ... but only until the hold's window, bounded by the tenant's budget, ends.
+    world.until(
+        lambda: world.slurm.job_field(job, "JobState") in ("RUNNING", "COMPLETED") or None,
+        "the other user's job started",
+        timeout=60,
+    )
+    assert world.get_hold(hold["id"])["status"] == "expired"
+    started = world.slurm.job_field(job, "StartTime")
+    assert started >= expires.strftime("%Y-%m-%dT%H:%M:%S")
