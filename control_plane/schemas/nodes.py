@@ -98,6 +98,14 @@ class NodeAssignment(BaseModel):
         default=None, description="Last task status the node reported (allocations only)."
     )
     expires_at: datetime | None = None
+    start_at: datetime | None = Field(
+        default=None, description="When the hold's job is expected (holds only)."
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="The hold's tenant name (holds only): a scheduler backend maps it to the "
+        "scheduler's user or account that may use the held GPUs.",
+    )
 
 
 class HeartbeatReply(BaseModel):

@@ -8,7 +8,14 @@ from collections import defaultdict
 from sqlmodel import Session, col, select
 
 from control_plane.db.engine import Database
-from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, NodeRow
+from control_plane.db.models import (
+    AllocationRow,
+    AssignmentRow,
+    GpuRow,
+    HoldRow,
+    NodeRow,
+    TenantRow,
+)
 from control_plane.schemas.common import utc_from_epoch
 from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import (
@@ -289,7 +296,12 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
             by_hold[hold_id].append(uuid)
     out: list[NodeAssignment] = []
     if by_hold:
-        for hold in session.exec(select(HoldRow).where(col(HoldRow.id).in_(list(by_hold)))):
+        holds = session.exec(
+            select(HoldRow, TenantRow.name)
+            .join(TenantRow, col(TenantRow.id) == col(HoldRow.tenant_id))
+            .where(col(HoldRow.id).in_(list(by_hold)))
+        )
+        for hold, tenant_name in holds:
             out.append(
                 NodeAssignment(
                     kind="hold",
@@ -298,6 +310,8 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
                     gpu_uuids=by_hold[hold.id],
                     warmup=hold.warmup,
                     expires_at=utc_from_epoch(hold.expires_at),
+                    start_at=utc_from_epoch(hold.start_at),
+                    tenant=tenant_name,
                 )
             )
     if by_alloc:

@@ -75,6 +75,22 @@ def migrate(
     db.dispose()
 
 
+@app.command("slurm-bridge")
+def slurm_bridge(
+    server: str | None = typer.Option(
+        None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+    ),
+    config: Path | None = typer.Option(None, "--config", help="configs/slurm-bridge.yaml"),
+) -> None:
+    """Serve jitgpu holds on a Slurm cluster: reservations, power-up, claims (docs/slurm.md)."""
+    from control_plane.slurm_bridge.main import main
+
+    raise typer.Exit(main(config, server, token))
+
+
 @app.command()
 def node(
     server: str | None = typer.Option(
@@ -166,8 +182,17 @@ def replay(
 
 
 @app.command()
-def demo(keep: bool = typer.Option(False, "--keep", help="Keep the working folder.")) -> None:
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="Keep the working folder."),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Pre-warm on a throwaway Slurm cluster (needs slurm-wlm, munge)."
+    ),
+) -> None:
     """Run the demo: control plane, two simulated GPU nodes, the agent on a sample pipeline."""
+    if slurm:
+        from control_plane.slurm_bridge.demo import run_slurm_demo
+
+        raise typer.Exit(run_slurm_demo())
     from smart_agent.demo.run import run_demo
 
     raise typer.Exit(run_demo(keep=keep))

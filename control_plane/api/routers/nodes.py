@@ -8,6 +8,7 @@ from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_adm
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.backends import BackendEvent, BackendEventReply
 from control_plane.schemas.nodes import (
     Gpu,
     Heartbeat,
@@ -17,7 +18,7 @@ from control_plane.schemas.nodes import (
     TaskReport,
     WarmupReport,
 )
-from control_plane.services import holds, nodes, tasks
+from control_plane.services import backend_events, holds, nodes, tasks
 from control_plane.services.auth import Principal
 
 router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERROR_RESPONSES)
@@ -62,6 +63,23 @@ def report_warmup(
 ) -> Hold:
     with db.write(placement=True) as session:
         result = holds.report_warmup(
+            session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
+        )
+    return result
+
+
+@router.post("/nodes/{node_id}/holds/{hold_id}/backend-event", response_model=BackendEventReply)
+def report_backend_event(
+    node_id: IdPath,
+    hold_id: IdPath,
+    body: BackendEvent,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(node_or_admin),
+) -> BackendEventReply:
+    """A scheduler backend (Slurm) saw the hold claimed by a job, or lost it."""
+    with db.write(placement=True) as session:
+        result = backend_events.report(
             session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
         )
     return result
