@@ -53,6 +53,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/v1/nodes/{node_id}/allocations/{allocation_id}/task"): OWN_NODE_OR_ADMIN,
     ("POST", "/v1/nodes/{node_id}/allocations/{allocation_id}/warmup"): OWN_NODE_OR_ADMIN,
     ("GET", "/v1/nodes/{node_id}"): OWN_NODE_OR_ADMIN,
+    ("POST", "/v1/nodes/{node_id}/holds/{hold_id}/backend-event"): OWN_NODE_OR_ADMIN,
     ("POST", "/v1/nodes/{node_id}/credentials"): (401, 403, 403, 201, 403, 401, 201),
     # Enrolment takes an enrolment token or the admin token; a node credential cannot enrol.
     ("POST", "/v1/nodes/enrol"): (401, 403, 403, 403, 403, 401, 201),
@@ -91,6 +92,7 @@ BODIES: dict[tuple[str, str], Callable[[World], Any]] = {
         "ok": True,
         "warmup_s": 1.0,
     },
+    ("POST", "/v1/nodes/{node_id}/holds/{hold_id}/backend-event"): lambda w: {"kind": "ended"},
     ("POST", "/v1/nodes/enrol"): lambda w: {"name": "node-b"},
     ("POST", "/v1/gpus/{gpu_uuid}/move"): lambda w: {"node_id": w.node_a},
     ("POST", "/v1/node-tokens"): lambda w: {"node_name": "node-c"},

@@ -75,7 +75,7 @@ def report_backend_event(
     body: BackendEvent,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> BackendEventReply:
     """A scheduler backend (Slurm) saw the hold claimed by a job, or lost it."""
     with db.write(placement=True) as session:
