@@ -149,3 +149,17 @@ def test_an_agent_with_a_node_token_from_before_enrolment_enrols_with_it_once(
     restarted = make_agent("node-1", enrol_token=None, token=old_token)
     restarted.round()
     assert restarted.node_id == agent.node_id and cp.node("node-1")["status"] == "online"
+
+
+def test_run_node_without_any_credential_says_how_to_get_one(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from control_plane.node_agent.main import run_node
+
+    for var in ("JITGPU_NODE_TOKEN", "JITGPU_ENROL_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    config = tmp_path / "node.yaml"
+    config.write_text(f"cache_dir: {tmp_path / 'cache'}\n")
+    assert run_node(server="http://127.0.0.1:1", name="n1", simulated_gpus=1, config=config) == 2
+    err = capsys.readouterr().err
+    assert "JITGPU_ENROL_TOKEN" in err and str(tmp_path / "cache-state") in err
