@@ -30,6 +30,7 @@ class ControlPlaneApp:
     http: TestClient
     clock: FakeClock
     tenant: dict[str, str] = field(default_factory=dict)
+    db: Database | None = None
 
     def enrol_token(self, name: str) -> str:
         return enrol_token(self.http, name, ADMIN)
@@ -72,7 +73,7 @@ def cp(tmp_path: Path) -> Iterator[ControlPlaneApp]:
     with http:
         tenant = http.post("/v1/tenants", json={"name": "t1", "quota_gpus": 8}, headers=ADMIN)
         key = http.post(f"/v1/tenants/{tenant.json()['id']}/api-keys", headers=ADMIN).json()
-        yield ControlPlaneApp(http, clock, tenant={"Authorization": f"Bearer {key['key']}"})
+        yield ControlPlaneApp(http, clock, db=db, tenant={"Authorization": f"Bearer {key['key']}"})
     db.dispose()
 
 

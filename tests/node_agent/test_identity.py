@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from control_plane.node_agent.task_env import clean_env
+from control_plane.schemas.enums import Scope
+from control_plane.services.auth import mint_key
 from tests.node_agent.conftest import ADMIN, AgentFactory, ControlPlaneApp, finish_tasks, settle
 
 
@@ -124,3 +126,40 @@ def test_clean_env_keeps_the_allow_list_and_never_our_variables() -> None:
         "CUDA_VISIBLE_DEVICES": "0",
         "EXTRA": "1",
     }
+
+
+def test_an_agent_with_a_node_token_from_before_enrolment_enrols_with_it_once(
+    cp: ControlPlaneApp, make_agent: AgentFactory, tmp_path: Path
+) -> None:
+    assert cp.db is not None
+    with cp.db.write() as session:  # a token as `POST /v1/node-tokens` minted before 0004
+        _, old_token = mint_key(
+            session, scope=Scope.NODE, tenant_id=None, label="old", now=cp.clock.now
+        )
+    agent = make_agent("node-1", enrol_token=None, token=old_token)
+    agent.round()
+    assert cp.node("node-1")["status"] == "online"
+    stored = json.loads(credential_file(tmp_path, "node-1").read_text())
+    assert stored["credential"] != old_token and stored["node_id"] == agent.node_id
+    # The old token enrols that node no more; the agent goes on with its own credential.
+    again = cp.http.post(
+        "/v1/nodes/enrol", json={"name": "node-1"}, headers={"Authorization": f"Bearer {old_token}"}
+    )
+    assert again.status_code == 403 and again.json()["error"]["code"] == "already_enrolled"
+    restarted = make_agent("node-1", enrol_token=None, token=old_token)
+    restarted.round()
+    assert restarted.node_id == agent.node_id and cp.node("node-1")["status"] == "online"
+
+
+def test_run_node_without_any_credential_says_how_to_get_one(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from control_plane.node_agent.main import run_node
+
+    for var in ("JITGPU_NODE_TOKEN", "JITGPU_ENROL_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    config = tmp_path / "node.yaml"
+    config.write_text(f"cache_dir: {tmp_path / 'cache'}\n")
+    assert run_node(server="http://127.0.0.1:1", name="n1", simulated_gpus=1, config=config) == 2
+    err = capsys.readouterr().err
+    assert "JITGPU_ENROL_TOKEN" in err and str(tmp_path / "cache-state") in err
