@@ -7,8 +7,11 @@ import time
 
 import pytest
 
+from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.jobs import leader
+from control_plane.jobs.runner import JobRunner
+from tests.conftest import ADMIN_TOKEN
 from tests.support.procs import wait_for
 
 
@@ -48,3 +51,21 @@ def test_renewal_extends_by_the_database_clock(db: Database, skewed_clock: None)
     _, until = leader.holder_of(db)
     # The stored end is database time + ttl, not the skewed replica's time + ttl.
     assert abs(until - (time.time() - 3.0 + 30.0)) < 1.0
+
+
+def test_two_replicas_one_skewed_three_seconds_ahead(db: Database) -> None:
+    """Replica b's clock runs 3 s ahead of a's; the lease lasts 3 s (1.5 job intervals). By
+    its own clock b would find a's fresh lease already ended and take the jobs."""
+    settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, jobs_interval_s=2.0)
+    a = JobRunner(db, settings=settings, clock=time.time)
+    b = JobRunner(db, settings=settings, clock=lambda: time.time() + 3.0)
+    a.renew()
+    b.renew()
+    assert a.is_leader and not b.is_leader
+    assert leader.holder_of(db)[0] == a.holder
+    # a keeps renewing; b never gets in.
+    for _ in range(3):
+        time.sleep(0.2)
+        a.renew()
+        b.renew()
+        assert a.is_leader and not b.is_leader
