@@ -151,7 +151,7 @@ class SacctParser(BaseParser):
             return []
         columns = self.columns
         if columns is None or (not self.configured and self.layout_name == "inferred"):
-            names = infer_columns(cells) if "|" in text else None
+            names = infer_columns(cells)  # `-n -P` rows, or `-n` ones split at spaces
             if names is None:
                 return None
             if self.layout_name != "inferred":
