@@ -82,6 +82,7 @@ class SlurmSource:
         timeout_s: float = 20.0,
         run: Runner = run_command,
         clock: Callable[[], float] = time.time,
+        give_up_after: int | None = None,
     ) -> None:
         self.on_event = on_event
         self.user = user
@@ -96,6 +97,9 @@ class SlurmSource:
         self.parser: BaseParser | None = None
         self.polls = 0
         self.errors = 0
+        self.failed_in_a_row = 0
+        # `poll: auto` on a machine with the commands but no cluster to ask: stop trying.
+        self.give_up_after = give_up_after
         self.events = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,7 +128,9 @@ class SlurmSource:
             break
         if text is None or self.parser is None:
             self.errors += 1
+            self.failed_in_a_row += 1
             return []
+        self.failed_in_a_row = 0
         self.polls += 1
         events: list[Event] = []
         for line in text.splitlines():
@@ -161,4 +167,7 @@ class SlurmSource:
             except Exception:
                 self.errors += 1
                 log.exception("slurm poll failed")
+            if self.give_up_after is not None and self.failed_in_a_row >= self.give_up_after:
+                log.info("slurm source off: neither sacct nor squeue answered")
+                return
             self._stop.wait(self.interval_s)

@@ -241,6 +241,7 @@ class Sources:
                 interval_s=config.slurm.interval_s,
                 lookback=config.slurm.lookback,
                 clock=clock,
+                give_up_after=3 if config.slurm.poll == "auto" else None,
             )
         self.processes: ProcessWatcher | None = None
         if config.processes.patterns:

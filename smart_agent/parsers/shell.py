@@ -61,9 +61,9 @@ def launch_gpus(command: str, base: Path | None = None) -> tuple[int | None, str
         script = sbatch_script(command)
         path = resolve_script(script, base) if script else None
         if path is not None:
-            options = script_options(path)
-            if options:
-                gpus, model = _flag_gpus(options)
+            gpus, model = _flag_gpus(script_options(path))
+            # A batch script read whole that asks for no GPU gets none from Slurm.
+            gpus = 0 if gpus is None else gpus
     return gpus, model
 
 

@@ -124,7 +124,9 @@ class SacctParser(BaseParser):
         self.baseline = baseline
         self.layout_name: str | None = "configured" if fields else None
         self.notes: list[str] = []
-        self.records: dict[str, dict[str, object]] = {}
+        self.max_jobs = max_jobs
+        # Each job's last row (for `jitgpu agent inspect`), bounded like `jobs`.
+        self.records: OrderedDict[str, dict[str, object]] = OrderedDict()
 
     def caught_up(self, *, source: str, now: float) -> list[Event]:
         self.baseline = False  # what is written from now on is seen as it happens
@@ -149,7 +151,7 @@ class SacctParser(BaseParser):
             return []
         columns = self.columns
         if columns is None or (not self.configured and self.layout_name == "inferred"):
-            names = infer_columns(cells) if "|" in text else None
+            names = infer_columns(cells)  # `-n -P` rows, or `-n` ones split at spaces
             if names is None:
                 return None
             if self.layout_name != "inferred":
@@ -203,6 +205,9 @@ class SacctParser(BaseParser):
             "end": end,
             "pending_array": ref.pending_array,
         }
+        self.records.move_to_end(job_id)
+        if len(self.records) > self.max_jobs:
+            self.records.popitem(last=False)
         if ref.pending_array:
             return []  # its tasks report themselves, under their own ids, when they start
         seen = self.jobs.get(job_id)

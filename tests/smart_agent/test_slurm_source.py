@@ -80,8 +80,12 @@ def test_squeue_when_sacct_fails(fake_bin: Path) -> None:
 
 
 def test_no_slurm_no_events_and_the_config(fake_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = SlurmSource(lambda e: None, user="alice")
+    source = SlurmSource(lambda e: None, user="alice", interval_s=0.01, give_up_after=3)
     assert source.poll_once() == [] and source.errors == 1  # both exit 1
+    source.start()  # `poll: auto` stops trying after three failed polls in a row
+    assert source._thread is not None
+    source._thread.join(10)
+    assert not source._thread.is_alive() and source.failed_in_a_row == 3
     assert SlurmConfig(poll="on").wanted() and not SlurmConfig(poll="off").wanted()
     assert SlurmConfig().wanted()  # auto: the stand-ins are on PATH
     monkeypatch.setenv("PATH", str(fake_bin / "nothing-here"))
