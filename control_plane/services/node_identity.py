@@ -109,6 +109,14 @@ def revoke(db: Database, *, token_id: str, now: float) -> NodeTokenInfo:
         if enrol is not None:
             if enrol.revoked_at is None:
                 enrol.revoked_at = now
+                record(
+                    session,
+                    kind="enrol_token",
+                    object_id=enrol.id,
+                    to_state="revoked",
+                    at=now,
+                    reason=f"enrolment token for node {enrol.node_name} ({enrol.prefix})",
+                )
             return _enrol_info(enrol)
         row = session.get(ApiKeyRow, token_id)
         if row is None or row.scope != Scope.NODE.value:
@@ -116,6 +124,14 @@ def revoke(db: Database, *, token_id: str, now: float) -> NodeTokenInfo:
         names: dict[str, str] = {}
         if row.revoked_at is None:
             row.revoked_at = now
+            record(
+                session,
+                kind="node_credential",
+                object_id=row.node_id or row.id,
+                to_state="revoked",
+                at=now,
+                reason=f"revoked by an administrator ({row.prefix})",
+            )
             node = session.get(NodeRow, row.node_id) if row.node_id else None
             if node is not None:
                 names[node.id] = node.name

@@ -119,6 +119,9 @@ def test_revoking_a_credential_drains_its_node_and_closes_its_enrolment_tokens(
     assert beat.status_code == 401
     status = api.http.get(f"/v1/nodes/{node.node_id}", headers=ADMIN).json()["status"]
     assert status == "draining"
+    events = api.http.get(f"/v1/events?object_id={node.node_id}", headers=ADMIN).json()
+    credential_events = [e["to_state"] for e in events if e["kind"] == "node_credential"]
+    assert credential_events == ["issued", "revoked"]
     # A token the admin issued earlier cannot undo the revocation.
     assert enrol(api, "node-1", spare).status_code == 401
     # Nothing new is placed on it.
