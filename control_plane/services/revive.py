@@ -5,8 +5,9 @@ from __future__ import annotations
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, AssignmentRow, EventRow, NodeRow
+from control_plane.scheduling.fairshare import DEFAULT_HALF_LIFE_S, DecayedUsage, decay
 from control_plane.schemas.enums import AllocationStatus, NodeStatus
-from control_plane.services import lifecycle, placing
+from control_plane.services import lifecycle, placing, sql
 from control_plane.services.events import move
 
 
@@ -21,6 +22,22 @@ def _went_offline_at(session: Session, node_id: str) -> float | None:
         .order_by(col(EventRow.at).desc())
         .limit(1)
     ).first()
+
+
+def _refund_usage(session: Session, alloc: AllocationRow, *, charged_at: float, now: float) -> None:
+    """Take back the usage charged when the allocation was lost: it is charged in full, from
+    allocated_at, when it really ends. The charge has decayed since like the rest."""
+    if alloc.allocated_at is None:
+        return
+    charged = alloc.gpu_count * max(0.0, charged_at - alloc.allocated_at)
+    conn = session.connection()
+    row = conn.execute(sql.READ_USAGE, {"tenant": alloc.tenant_id}).first()
+    if row is None or charged <= 0:
+        return
+    usage = DecayedUsage(row[0], row[1])
+    when = max(now, usage.at)
+    left = usage.at_time(when) - decay(charged, when - charged_at, DEFAULT_HALF_LIFE_S)
+    conn.execute(sql.WRITE_USAGE, {"tenant": alloc.tenant_id, "value": max(0.0, left), "at": when})
 
 
 def returning_node(session: Session, node: NodeRow, *, now: float) -> list[str]:
@@ -64,6 +81,7 @@ def returning_node(session: Session, node: NodeRow, *, now: float) -> list[str]:
         if not gpus or not all(cluster.state.is_free(uuid) for uuid, _ in gpus):
             continue  # another node still away, a GPU unhealthy or given to someone else
         lifecycle.assign(session, gpus=[(u, n) for u, n in gpus], now=now, allocation_id=alloc.id)
+        _refund_usage(session, alloc, charged_at=offline_at, now=now)
         alloc.released_at = None
         reason = f"node {node.name} came back within the lease"
         alloc.reason = reason

@@ -130,3 +130,9 @@ def test_normal_clients_are_served_while_bad_ones_are_refused(server: ServerProc
                     assert http.get("/healthz").status_code == 200
     finally:
         slow.close()
+
+
+def test_a_malformed_request_is_400_with_the_json_body(server: ServerProc) -> None:
+    with connect(server.url) as sock:
+        send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+        _error(read_answer(sock), 400, "bad_request")

@@ -18,6 +18,7 @@ import uvicorn
 from control_plane.api.app import create_app
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
+from control_plane.db.models import TenantRow
 from control_plane.jobs.registry import Job, liveness
 from control_plane.jobs.runner import JobRunner
 from control_plane.jobs.stalls import StallWatch
@@ -105,12 +106,13 @@ def test_liveness_skips_while_the_server_stalled_then_judges_again(
 def _lose(api: Api, db: Database, settings: ServerSettings, **body: object) -> tuple[dict, dict]:
     node = api.node("n1", gpus=2)
     _, headers = api.tenant(quota=2)
+    allocated_at = api.clock.now
     alloc = api.http.post("/v1/allocations", json={"gpu_count": 1, **body}, headers=headers).json()
     assert alloc["status"] == "allocated"
     liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
     lost = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
     assert lost["status"] == "lost"
-    return node, {"alloc": alloc, "headers": headers}
+    return node, {"alloc": alloc, "headers": headers, "alloc_at": allocated_at}
 
 
 def test_a_node_back_within_the_lease_gets_its_allocations_back(
@@ -131,6 +133,17 @@ def test_a_node_back_within_the_lease_gets_its_allocations_back(
     # Its GPU is taken again: nobody else can be placed on it.
     gpus = {g["uuid"]: g for g in api.http.get("/v1/gpus", headers=ADMIN).json()}
     assert gpus[back["gpus"][0]["uuid"]]["assigned_to"] == back["id"]
+    # The usage charged at the loss is taken back: the release charges the whole run once.
+    with db.read() as session:
+        tenant = session.get(TenantRow, back["tenant_id"])
+        assert tenant is not None and tenant.usage_gpu_s == pytest.approx(0.0, abs=1e-6)
+    api.clock.advance(100)
+    api.http.delete(f"/v1/allocations/{back['id']}", headers=ctx["headers"])
+    ran = api.clock.now - ctx["alloc_at"]
+    with db.read() as session:
+        tenant = session.get(TenantRow, back["tenant_id"])
+        assert tenant is not None
+        assert tenant.usage_gpu_s == pytest.approx(ran, rel=0.01)  # decayed a little
 
 
 def test_after_the_lease_the_allocation_stays_lost(
