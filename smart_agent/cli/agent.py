@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from smart_agent.cli.common import console
-from smart_agent.cli.inspect import inspect_files
+from smart_agent.cli.inspect_cmd import inspect_files
 
 agent_app = typer.Typer(
     help="The smart agent: watch logs, forecast, pre-warm, claim.", no_args_is_help=True

@@ -13,7 +13,7 @@ import pytest
 from real_inputs_expected import EXPECTED, E
 
 from predictors.types import Event, EventKind
-from smart_agent.inspect import Inspection, inspect_file
+from smart_agent.inspection import Inspection, inspect_file
 from smart_agent.parsers import make_parser
 from smart_agent.watch.tailer import CAUGHT_UP, REWOUND, FileTailer
 

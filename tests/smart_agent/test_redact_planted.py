@@ -20,7 +20,7 @@ from detect_secrets.settings import transient_settings
 from predictors import HistoryBuilder
 from predictors.llm_config import LlmConfig
 from predictors.prompting import load_prompt, render_messages
-from smart_agent.inspect import inspect_file
+from smart_agent.inspection import inspect_file
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "real-inputs"
 NOW = datetime(2026, 11, 27, tzinfo=UTC).timestamp()

@@ -26,7 +26,7 @@ def inspect_files(
 ) -> None:
     """Recognised kind, job events (id, user, GPUs, model, time, source line), cues, notes,
     and with --text the redacted lines: check a set-up before running the agent."""
-    from smart_agent.inspect import inspect_file
+    from smart_agent.inspection import inspect_file
     from smart_agent.sources import login_name
 
     if kind not in KINDS:
