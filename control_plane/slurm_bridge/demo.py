@@ -95,6 +95,7 @@ def run_slurm_demo(*, boot_s: float = 10.0) -> int:
         cfg = BridgeConfig(
             server=url,
             token=token,
+            slurm_conf=cluster.layout.conf,
             poll_s=0.5,
             resume_latency_s=boot_s + 2,
             tenants={"alice": SlurmAccount(users=getpass.getuser())},
