@@ -112,6 +112,11 @@ class HeartbeatReply(BaseModel):
     node_id: str
     status: NodeStatus
     assignments: list[NodeAssignment]
+    rotate_credential: bool = Field(
+        default=False,
+        description="An administrator asked this node to rotate its credential "
+        "(POST /v1/nodes/{id}/credentials).",
+    )
 
 
 class WarmupReport(WireModel):

@@ -97,7 +97,17 @@ def node(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
     ),
     token: str | None = typer.Option(
-        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+        None,
+        "--token",
+        envvar="JITGPU_NODE_TOKEN",
+        help="This node's credential (jgn_..., from jitgpu admin node-token enrol).",
+    ),
+    enrol_token: str | None = typer.Option(
+        None,
+        "--enrol-token",
+        envvar="JITGPU_ENROL_TOKEN",
+        help="Enrolment token (jitgpu admin node-token create NAME); used once, the "
+        "credential it buys is kept in state_dir.",
     ),
     name: str | None = typer.Option(None, "--name", help="Node name \\[default: host name]."),
     simulated_gpus: int | None = typer.Option(
@@ -119,6 +129,7 @@ def node(
         run_node(
             server=server,
             token=token,
+            enrol_token=enrol_token,
             name=name,
             simulated_gpus=simulated_gpus,
             gpu_model=gpu_model,
@@ -136,9 +147,17 @@ def replay(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
     cold_start: float = typer.Option(120.0, "--cold-start", min=0, help="Seconds to warm."),
     policy: list[str] = typer.Option(
-        ..., "--policy", help="reactive, oracle, keepalive:S, static:N, hybrid-histogram, ..."
+        ...,
+        "--policy",
+        help="default, reactive, oracle, keepalive:S, static:N, hybrid-histogram, ...",
     ),
     fmt: str = typer.Option("table", "--format", help="table or json"),
+    budget: float | None = typer.Option(
+        None, "--budget", help="Idle budget of --policy default (idle/busy over reactive)."
+    ),
+    split: str | None = typer.Option(
+        None, "--split-days", help="TRAIN:TEST days: learn on the first, report the second."
+    ),
 ) -> None:
     """Replay a job trace through the scheduling core under each pre-warm policy."""
     from control_plane.replay import TraceError, format_results, run_replay
@@ -148,7 +167,13 @@ def replay(
         raise typer.Exit(2)
     try:
         results = run_replay(
-            trace, capacity, gpus_per_node=gpus_per_node, cold_start_s=cold_start, policies=policy
+            trace,
+            capacity,
+            gpus_per_node=gpus_per_node,
+            cold_start_s=cold_start,
+            policies=policy,
+            budget=budget,
+            split=split,
         )
     except (TraceError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)

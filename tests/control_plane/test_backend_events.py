@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tests.control_plane.conftest import ADMIN, Api
+from tests.support.nodes import enrol_node
 
 
 def _setup(api: Api, **hold: object) -> tuple[dict, dict, dict, dict]:
@@ -12,8 +13,7 @@ def _setup(api: Api, **hold: object) -> tuple[dict, dict, dict, dict]:
     _, headers = api.tenant(name="alice", quota=2)
     r = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 600, **hold}, headers=headers)
     assert r.status_code == 201, r.text
-    token = api.http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
-    return node, r.json(), headers, {"Authorization": f"Bearer {token}"}
+    return node, r.json(), headers, enrol_node(api.http, "slurm-cloud1", ADMIN).headers
 
 
 def _iso(epoch: float) -> str:
@@ -94,6 +94,10 @@ def test_bad_input_and_wrong_node_and_tenant_key(api: Api) -> None:
     wrong = api.http.post(path, json=order, headers=node_auth)
     assert wrong.status_code == 422 and "started_at" in wrong.text
     elsewhere = f"/v1/nodes/{other['id']}/holds/{hold['id']}/backend-event"
-    assert api.http.post(elsewhere, json={"kind": "ended"}, headers=node_auth).status_code == 404
+    # A node's credential acts as its own node only: another node's path is refused outright.
+    refused = api.http.post(elsewhere, json={"kind": "ended"}, headers=node_auth)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "wrong_node"
+    admin_elsewhere = api.http.post(elsewhere, json={"kind": "ended"}, headers=ADMIN)
+    assert admin_elsewhere.status_code == 404  # the hold is not on that node
     # A tenant cannot claim its hold by pretending to be the backend.
     assert api.http.post(path, json={"kind": "ended"}, headers=headers).status_code == 403

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin
+from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin, this_node
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold
@@ -29,9 +29,9 @@ def register_node(
     body: NodeRegister,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    who: Principal = Depends(node_or_admin),
 ) -> Node:
-    return nodes.register(db, body=body, now=clock())
+    return nodes.register(db, body=body, now=clock(), as_node=who.node_id)
 
 
 @router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)
@@ -41,7 +41,7 @@ def heartbeat(
     body: Heartbeat | None = None,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> HeartbeatReply:
     return nodes.heartbeat(
         db,
@@ -59,7 +59,7 @@ def report_warmup(
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Hold:
     with db.write(placement=True) as session:
         result = holds.report_warmup(
@@ -75,7 +75,7 @@ def report_backend_event(
     body: BackendEvent,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> BackendEventReply:
     """A scheduler backend (Slurm) saw the hold claimed by a job, or lost it."""
     with db.write(placement=True) as session:
@@ -92,7 +92,7 @@ def report_task(
     body: TaskReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Allocation:
     with db.write(placement=True) as session:
         result = tasks.report(
@@ -108,7 +108,7 @@ def report_allocation_warmup(
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Allocation:
     with db.write() as session:
         result = tasks.report_warmup(
@@ -145,7 +145,7 @@ def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) ->
 
 @router.get("/nodes/{node_id}", response_model=Node)
 def get_node(
-    node_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(node_or_admin)
+    node_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(this_node)
 ) -> Node:
     return nodes.get_node(db, node_id=node_id)
 
