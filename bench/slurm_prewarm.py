@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import shutil
 import statistics
 import tempfile
 import time
@@ -160,6 +161,7 @@ def main() -> None:
     finally:
         cluster.stop()
         db.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(describe())
     print(f"{args.jobs} jobs per mode, boot {args.boot:.0f}s, SuspendTime {args.suspend_time}s")
     print(
