@@ -95,7 +95,9 @@ def run_jitgpu(args: argparse.Namespace, tmp: Path) -> dict:
     try:
         server.wait_ready()
         with server.admin() as admin:
-            token = admin.post("/v1/node-tokens").json()["key"]
+            # An enrolment token for node n1: the agent trades it for its own credential.
+            body = {"node_name": "n1"}
+            token = admin.post("/v1/node-tokens", json=body).json()["key"]
             body = {"name": "bench", "quota_gpus": args.quota}
             tenant = admin.post("/v1/tenants", json=body).json()
             key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
@@ -109,7 +111,7 @@ def run_jitgpu(args: argparse.Namespace, tmp: Path) -> dict:
                     "node",
                     "--server",
                     server.url,
-                    "--token",
+                    "--enrol-token",
                     token,
                     "--name",
                     "n1",

@@ -10,6 +10,7 @@ import httpx
 from pydantic import BaseModel
 
 from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.node_identity import NodeCredential, NodeEnrol
 from control_plane.schemas.nodes import (
     Heartbeat,
     HeartbeatReply,
@@ -24,9 +25,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 class Unreachable(ApiError):
@@ -64,10 +66,26 @@ class ControlPlane:
     def close(self) -> None:
         self.http.close()
 
+    def set_token(self, token: str) -> None:
+        # In place: a twin shares this dict, so that its long poll follows a rotation.
+        self._headers["Authorization"] = f"Bearer {token}"
+
     def twin(self) -> ControlPlane:
         """Another client to the same server with its own connections (for the long poll,
-        which runs in its own thread while the main loop heartbeats)."""
-        return ControlPlane(self.server, self._headers["Authorization"][7:], timeout=self._timeout)
+        which runs in its own thread while the main loop heartbeats); it uses the same
+        credential, whatever this client is given later (enrolment, rotation)."""
+        other = ControlPlane(self.server, "", timeout=self._timeout)
+        other._headers = self._headers
+        return other
+
+    def enrol(self, name: str, token: str) -> NodeCredential:
+        """Trade an enrolment token (or the admin token) for this node's own credential."""
+        headers = {"Authorization": f"Bearer {token}"}
+        return self._post("/v1/nodes/enrol", NodeEnrol(name=name), NodeCredential, headers)
+
+    def rotate(self, node_id: str) -> NodeCredential:
+        """A new credential for this node; the one in use stops working once this returns."""
+        return self._post(f"/v1/nodes/{node_id}/credentials", None, NodeCredential)
 
     def register(self, body: NodeRegister) -> Node:
         return self._post("/v1/nodes", body, Node)
@@ -103,11 +121,16 @@ class ControlPlane:
             raise Unreachable(_transport(exc)) from exc
         return _parse(r, NodeWork)
 
-    def _post(self, path: str, body: BaseModel, parse: type[M]) -> M:
+    def _post(
+        self,
+        path: str,
+        body: BaseModel | None,
+        parse: type[M],
+        headers: dict[str, str] | None = None,
+    ) -> M:
+        payload = None if body is None else body.model_dump(mode="json", exclude_none=True)
         try:
-            r = self.http.post(
-                path, json=body.model_dump(mode="json", exclude_none=True), headers=self._headers
-            )
+            r = self.http.post(path, json=payload, headers=headers or self._headers)
         except httpx.TransportError as exc:
             raise Unreachable(_transport(exc)) from exc
         return _parse(r, parse)
@@ -118,15 +141,23 @@ def _transport(exc: httpx.TransportError) -> str:
 
 
 def _parse(r: httpx.Response, parse: type[M]) -> M:
+    code = _code(r) if r.status_code >= 400 else None
     if r.status_code >= 500 or r.status_code == 429:
-        raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+        raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
     if r.status_code in (401, 403):
-        raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+        raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
     if r.status_code == 404:
-        raise NotFound(_message(r), 404)
+        raise NotFound(_message(r), 404, code)
     if r.status_code >= 400:
-        raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+        raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
     return parse.model_validate(r.json())
+
+
+def _code(r: httpx.Response) -> str | None:
+    try:
+        return str(r.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _message(r: httpx.Response) -> str:

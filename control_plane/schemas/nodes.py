@@ -98,6 +98,14 @@ class NodeAssignment(BaseModel):
         default=None, description="Last task status the node reported (allocations only)."
     )
     expires_at: datetime | None = None
+    start_at: datetime | None = Field(
+        default=None, description="When the hold's job is expected (holds only)."
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="The hold's tenant name (holds only): a scheduler backend maps it to the "
+        "scheduler's user or account that may use the held GPUs.",
+    )
 
 
 class HeartbeatReply(BaseModel):
@@ -115,6 +123,11 @@ class NodeWork(HeartbeatReply):
     """A node's desired state from its long poll, with the version to pass to the next one."""
 
     version: str
+    rotate_credential: bool = Field(
+        default=False,
+        description="An administrator asked this node to rotate its credential "
+        "(POST /v1/nodes/{id}/credentials).",
+    )
 
 
 class WarmupReport(WireModel):

@@ -7,9 +7,12 @@ from typing import Any
 import typer
 
 from control_plane.schemas.tenants import TenantPolicy
+from smart_agent.cli import node_tokens
 from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
+admin_app.add_typer(node_tokens.node_token_app, name="node-token")
+admin_app.command("gpu-move")(node_tokens.gpu_move)
 
 TENANT_COLUMNS = (
     ("id", lambda t: t.id),
@@ -72,17 +75,6 @@ def key_create(
     """Mint an API key for a tenant; the secret is printed once."""
     with client(server, token) as c:
         print(c.create_api_key(tenant_id, label=label).key)
-
-
-@admin_app.command("node-token")
-def node_token(
-    label: str | None = typer.Option(None),
-    server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
-) -> None:
-    """Mint a node token for `jitgpu node --token`; printed once."""
-    with client(server, token) as c:
-        print(c.create_node_token(label=label).key)
 
 
 @admin_app.command("nodes")

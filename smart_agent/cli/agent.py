@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -11,11 +12,13 @@ from pathlib import Path
 import typer
 
 from smart_agent.cli.common import console
+from smart_agent.cli.inspect_cmd import inspect_files
 
 agent_app = typer.Typer(
     help="The smart agent: watch logs, forecast, pre-warm, claim.", no_args_is_help=True
 )
 ConfigOpt = typer.Option(Path("configs/smart-agent.yaml"), "--config", help="Agent config.")
+agent_app.command("inspect")(inspect_files)
 
 
 def printer(kind: str, data: dict) -> None:
@@ -93,6 +96,7 @@ def status(config: Path = ConfigOpt) -> None:
     """What the agent has done: holds pending, today's idle GPU-hours, recent decisions."""
     from smart_agent.config import load_agent_config
     from smart_agent.predlog import PredictionLog
+    from smart_agent.runner import UNRECOGNIZED_KEY
     from smart_agent.yamlconf import ConfigError
 
     try:
@@ -103,6 +107,7 @@ def status(config: Path = ConfigOpt) -> None:
         raise typer.Exit(2) from None
     log = PredictionLog(cfg.prediction_log)
     try:
+        unrecognized = json.loads(log.get_meta(UNRECOGNIZED_KEY) or "[]")
         pending = log.pending_holds()
         day = time.time() - 86400
         rows = log.query(
@@ -123,3 +128,9 @@ def status(config: Path = ConfigOpt) -> None:
         + ", ".join(f"{r['n']} {r['decision']}" for r in rows)
         + f"; jobs {jobs['n']} ({jobs['warm'] or 0} warm)"
     )
+    if unrecognized:
+        console.print(
+            "not recognized (no line understood; see `jitgpu agent inspect FILE`): "
+            + ", ".join(unrecognized),
+            highlight=False,
+        )

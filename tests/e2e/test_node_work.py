@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.nodes import enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +40,7 @@ def _agent(tmp: Path, server: ServerProc, token: str, *, long_poll_s: float) -> 
             }
         )
     )
-    args = [*JITGPU, "node", "--server", server.url, "--token", token, "--name", "n1"]
+    args = [*JITGPU, "node", "--server", server.url, "--enrol-token", token, "--name", "n1"]
     args += ["--simulated-gpus", "2", "--gpu-model", "A100", "--config", str(config)]
     return Proc(args, log=tmp / "node.log").start()
 
@@ -50,7 +51,7 @@ def _run_jobs(tmp: Path, *, long_poll_s: float) -> list[dict]:
     procs: list[Proc] = [server]
     try:
         admin = server.admin()
-        token = admin.post("/v1/node-tokens").json()["key"]
+        token = enrol_token(admin, "n1", {})
         tenant = admin.post("/v1/tenants", json={"name": "e2e", "quota_gpus": 1}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
         procs.append(_agent(tmp, server, token, long_poll_s=long_poll_s))
@@ -110,7 +111,7 @@ def test_a_server_stops_promptly_while_a_node_long_polls(tmp_path: Path) -> None
     procs: list[Proc] = [server]
     try:
         admin = server.admin()
-        token = admin.post("/v1/node-tokens").json()["key"]
+        token = enrol_token(admin, "n1", {})
         node = _agent(tmp_path, server, token, long_poll_s=50)
         procs.append(node)
         wait_for(
