@@ -117,17 +117,17 @@ class HeartbeatReply(BaseModel):
         description="Cluster epoch the assignments are as of: a reply with a lower epoch than "
         "one already applied is older and is dropped.",
     )
+    rotate_credential: bool = Field(
+        default=False,
+        description="An administrator asked this node to rotate its credential "
+        "(POST /v1/nodes/{id}/credentials).",
+    )
 
 
 class NodeWork(HeartbeatReply):
     """A node's desired state from its long poll, with the version to pass to the next one."""
 
     version: str
-    rotate_credential: bool = Field(
-        default=False,
-        description="An administrator asked this node to rotate its credential "
-        "(POST /v1/nodes/{id}/credentials).",
-    )
 
 
 class WarmupReport(WireModel):
