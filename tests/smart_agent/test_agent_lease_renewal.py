@@ -3,8 +3,17 @@ only then: a job gone silent, or ended, gives its GPUs back when the lease runs 
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
 from control_plane.jobs.registry import hold_lifecycle
 from predictors.types import Event, EventKind
+from smart_agent.config import AgentConfig
+from smart_agent.runner import RECONCILE, Runner, _Tick
 from tests.smart_agent.agent_world import POLICY, USER, World
 
 LEASE = 600
@@ -74,3 +83,61 @@ def test_an_allocation_gone_from_the_server_is_not_renewed_again(world: World) -
     agent.seen_alive(["9"])
     assert agent.renew_leases() == 0
     assert _status(world, alloc.id) == "released"
+
+
+HEADER = "JobIDRaw|JobID|User|JobName|Partition|State|Submit|Start|End|ElapsedRaw|AllocTRES|ReqTRES"
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_the_slurm_poll_listing_a_job_renews_its_lease_in_the_running_agent(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `sacct` on PATH prints what the test wrote: the Slurm source polls it as it would the
+    # real one, and its reports reach the agent through the runner's queue.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(f'#!/bin/sh\ncat "{tmp_path}/sacct.out"\n')
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump({"predictors": ["burst"]}))
+    config = AgentConfig(
+        user=USER,
+        server=world.server.url,
+        prediction_log=str(tmp_path / "runner.db"),
+        allocate_on_miss=True,
+        lease_s=LEASE,
+        timezone="UTC",
+        slurm={"poll": "on"},
+    )
+    runner = Runner(config, tmp_path / "policy.yaml", clock=world.clock, client=world.new_client())
+    try:
+        slurm = runner.sources.slurm
+        assert slurm is not None
+
+        def poll(*rows: str) -> None:
+            (tmp_path / "sacct.out").write_text("\n".join([HEADER, *rows]) + "\n")
+            slurm.poll_once()
+            while not runner._queue.empty():
+                runner._handle(runner._queue.get_nowait())
+            runner._handle(_Tick(RECONCILE))
+
+        poll()  # the baseline
+        start = _iso(world.clock.advance(2))
+        running = f"55|55|{USER}|train|gpu|RUNNING|{start}|{start}|Unknown|0|gres/gpu=1|"
+        poll(running)
+        (alloc,) = world.client.list_allocations()
+        assert alloc.gpu_count == 1 and alloc.lease_s == LEASE
+        for _ in range(3):  # 3 x 300 s: past the first lease's end
+            world.clock.advance(LEASE / 2)
+            poll(running)
+            _expire(world)
+            assert _status(world, alloc.id) == "allocated"
+        end = _iso(world.clock.advance(10))
+        poll(running.replace("RUNNING", "COMPLETED").replace("Unknown", end))
+        assert _status(world, alloc.id) == "released"
+    finally:  # never started: its threads are not running, only what it opened is closed
+        runner.client.close()
+        runner.log.close()
