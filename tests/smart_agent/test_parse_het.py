@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from predictors.types import EventKind
-from smart_agent.parsers import SacctParser
+from smart_agent.parsers import SacctParser, SqueueParser
 from smart_agent.parsers.slurm import merge_het
 
 ROWS = (Path(__file__).resolve().parents[1] / "data/slurm_het/sacct_het_P.txt").read_text()
@@ -87,3 +87,26 @@ def read_row(job_id: str):  # type: ignore[no-untyped-def]
     parser.parse("JobID|State|Submit", source="s", now=NOW)
     parser.parse(f"{job_id}|RUNNING|2026-11-26T23:50:00", source="s", now=NOW)
     return parser._het_rows[job_id.split("+")[1]]
+
+
+def test_squeue_het_job_is_one_job_with_all_its_gpus() -> None:
+    header = "JOBID|USER|STATE|TIME|NODES|TRES_PER_NODE|TRES_PER_JOB|SUBMIT_TIME|START_TIME|NAME"
+    times = "2026-11-27T00:50:00|2026-11-27T00:51:00"
+    het = [
+        f"300+0|me|RUNNING|0:30|1|gres/gpu:a100:2|N/A|{times}|trainer",
+        f"300+1|me|RUNNING|0:30|1|gres/gpu:1|N/A|{times}|trainer",
+        f"300+2|me|RUNNING|0:30|1|N/A|N/A|{times}|loader",
+    ]
+    other = f"301|me|RUNNING|0:20|1|gres/gpu:1|N/A|{times}|eval"
+    parser = SqueueParser("me", tz=UTC)
+    assert read(parser, [header]) == []  # the baseline: nothing running yet
+    got = read(parser, [header, *het, other])
+    assert [(e.kind.value, e.job_id, e.gpus) for e in got] == [
+        ("job_submitted", "300", 3),
+        ("job_started", "300", 3),
+        ("job_submitted", "301", 1),
+        ("job_started", "301", 1),
+    ]
+    # The het job gone from the next snapshot: it ended, with all its GPUs.
+    (ended,) = read(parser, [header, other, header])
+    assert (ended.kind, ended.job_id, ended.gpus) == (EventKind.JOB_FINISHED, "300", 3)
