@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from control_plane.schemas.allocations import Allocation, Hold
@@ -35,6 +35,9 @@ class OpenJob:
     log_id: int
     allocation_id: str | None
     gpus: int | None = None  # None: no GPU evidence yet (a later event of the job may say)
+    source: str | None = None  # for a job without an id: the log that tells of it
+    seen_at: float = 0.0  # the last sign of life (an event of the job, a poll listing it)
+    leased_at: float = 0.0  # when its allocation's lease was last set (made or renewed)
 
 
 @dataclass
@@ -93,6 +96,7 @@ class Agent:
             self._last_cue = event.cue
         if event.user != self.user:
             return
+        self._sign_of_life(event)
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
             known = self._open_jobs.get(key)
@@ -193,7 +197,15 @@ class Agent:
                 "time_to_gpu_s": alloc.time_to_gpu_s if alloc else None,
             },
         )
-        return OpenJob(job_id, alloc.id if alloc else None, event.gpus)
+        return OpenJob(
+            job_id,
+            alloc.id if alloc else None,
+            event.gpus,
+            # A job without an id is known by its source (its log) only.
+            source=event.source if event.job_id is None else None,
+            seen_at=now,
+            leased_at=now,
+        )
 
     def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
         """The agent's hold a job should take (the readiest that fits it, the smallest of
@@ -224,6 +236,50 @@ class Agent:
             self.client.release(job.allocation_id)
         except JitgpuError as exc:
             log.warning("release of %s failed: %s", job.allocation_id, exc)
+
+    # --- leases ----------------------------------------------------------------------
+    def _sign_of_life(self, event: Event) -> None:
+        """An event of an open job (by id; for a job without one, by its source, a log
+        file that is still being written) says the job is still there."""
+        if event.kind == EventKind.JOB_FINISHED:
+            return
+        now = self.clock()
+        for key, job in self._open_jobs.items():
+            by_source = event.job_id is None and job.source is not None
+            if key == event.job_id or (by_source and job.source == event.source):
+                job.seen_at = now
+
+    def seen_alive(self, job_ids: Iterable[str]) -> None:
+        """A source that lists running jobs (the Slurm poll) still lists these."""
+        now = self.clock()
+        for job_id in job_ids:
+            job = self._open_jobs.get(job_id)
+            if job is not None:
+                job.seen_at = now
+
+    def renew_leases(self) -> int:
+        """Renew the lease of each open job's allocation once half of it has run, if the job
+        was seen alive since it was last set; a job gone silent keeps its lease, which ends
+        by itself. Returns how many were renewed."""
+        if self.lease_s is None:
+            return 0
+        now = self.clock()
+        renewed = 0
+        for key, job in self._open_jobs.items():
+            if job.allocation_id is None or job.seen_at <= job.leased_at:
+                continue
+            if now - job.leased_at < self.lease_s / 2:
+                continue
+            try:
+                self.client.renew(job.allocation_id, lease_s=self.lease_s)
+            except JitgpuError as exc:
+                log.warning("job %s: lease of %s not renewed: %s", key, job.allocation_id, exc)
+                if exc.status in (404, 409):
+                    job.allocation_id = None  # ended (expired, released): nothing to renew
+                continue
+            job.leased_at = now
+            renewed += 1
+        return renewed
 
     # --- cycles ----------------------------------------------------------------------
     def cycle(self, *, trigger: str, cue: str | None = None) -> CycleReport:
@@ -329,7 +385,9 @@ class Agent:
 
     # --- outcomes --------------------------------------------------------------------
     def reconcile(self) -> int:
-        """Learn what became of pending holds and of jobs whose time-to-GPU was not known."""
+        """Learn what became of pending holds and of jobs whose time-to-GPU was not known;
+        renew the leases of jobs still alive."""
+        self.renew_leases()
         return self.holds.reconcile()
 
     def cancel_all(self) -> int:

@@ -109,6 +109,17 @@ class ApiCalls:
             )
         )
 
+    def renew(self, allocation_id: str, *, lease_s: int | None = None) -> Any:
+        """The allocation's lease now ends `lease_s` (default its own lease) from now."""
+        return self._send(
+            Call(
+                "POST",
+                f"/v1/allocations/{allocation_id}/renew",
+                Allocation.model_validate,
+                body=_drop_none(lease_s=lease_s),
+            )
+        )
+
     def release(self, allocation_id: str) -> Any:
         return self._send(
             Call("DELETE", f"/v1/allocations/{allocation_id}", Allocation.model_validate)

@@ -73,6 +73,11 @@ class _Tick:
     kind: str
 
 
+@dataclass
+class _Alive:
+    job_ids: list[str]
+
+
 class Runner:
     """The agent as a daemon: start(), then stop() (from a signal handler or a test)."""
 
@@ -106,12 +111,13 @@ class Runner:
             arrival_max_age_s=config.arrival_max_age_s,
             max_job_gpus=config.max_job_gpus,
         )
-        self._queue: queue.Queue[Event | _Tick] = queue.Queue(maxsize=100_000)
+        self._queue: queue.Queue[Event | _Tick | _Alive] = queue.Queue(maxsize=100_000)
         self.sources = Sources(
             config,
             self._offer,
             clock=clock,
             on_unrecognized=self._unrecognized,
+            on_alive=self._alive,
             **(sources_kwargs or {}),
         )
         self.debouncer = self.sources.debouncer(window_s=config.debounce_s, clock=time.monotonic)
@@ -184,6 +190,12 @@ class Runner:
         except queue.Full:
             self.dropped += 1  # a flood must not grow memory without bound
 
+    def _alive(self, job_ids: list[str]) -> None:
+        try:
+            self._queue.put_nowait(_Alive(job_ids))
+        except queue.Full:
+            self.dropped += 1
+
     def _tick(self, kind: str) -> None:
         self._queue.put(_Tick(kind))
 
@@ -203,8 +215,10 @@ class Runner:
             except Exception:  # the daemon survives any one failure; it is logged
                 log.exception("agent step failed")
 
-    def _handle(self, item: Event | _Tick | None) -> None:
-        if isinstance(item, Event):
+    def _handle(self, item: Event | _Tick | _Alive | None) -> None:
+        if isinstance(item, _Alive):
+            self.agent.seen_alive(item.job_ids)
+        elif isinstance(item, Event):
             self.agent.observe(item)
             if self.debouncer.offer(item):
                 trigger = "cue" if item.kind is EventKind.CUE else str(item.kind)

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from predictors.types import Event
 from smart_agent.parsers.base import BaseParser
-from smart_agent.parsers.slurm import SacctParser
+from smart_agent.parsers.slurm import FINISHED, SacctParser, phase_of
+from smart_agent.parsers.slurm_table import job_ref
 from smart_agent.parsers.squeue import SqueueParser
 from smart_agent.redact import Redactor
 
@@ -29,6 +30,8 @@ SQUEUE_FORMAT = (
     "SubmitTime:|,StartTime:|,Name:"
 )
 Runner = Callable[[Sequence[str], float], str]
+# Where the job id and the state are in each mode's fixed format.
+ID_STATE_COLUMNS = {"sacct": (1, 5), "squeue": (0, 2)}
 SOURCE = "slurm"
 
 
@@ -61,6 +64,23 @@ def run_command(argv: Sequence[str], timeout: float) -> str:
     return done.stdout
 
 
+def alive_jobs(text: str, mode: str) -> list[str]:
+    """Jobs (steps and het components folded) that a poll's output lists as not finished."""
+    id_col, state_col = ID_STATE_COLUMNS[mode]
+    alive: set[str] = set()
+    for line in text.splitlines():
+        cells = line.split("|")
+        if len(cells) <= state_col:
+            continue
+        ref = job_ref(cells[id_col])
+        phase = phase_of(cells[state_col])
+        if ref is None or ref.step or ref.pending_array or phase is None:
+            continue
+        if phase < FINISHED:
+            alive.add(ref.job)
+    return sorted(alive)
+
+
 def available(command: str) -> bool:
     return shutil.which(command) is not None
 
@@ -83,8 +103,11 @@ class SlurmSource:
         run: Runner = run_command,
         clock: Callable[[], float] = time.time,
         give_up_after: int | None = None,
+        on_alive: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.on_event = on_event
+        # After each poll: the jobs it lists as pending or running (their leases are renewed).
+        self.on_alive = on_alive
         self.user = user
         self.redactor = redactor if redactor is not None else Redactor()
         self.tz = tz
@@ -139,6 +162,8 @@ class SlurmSource:
         for event in events:
             self.events += 1
             self.on_event(event)
+        if self.on_alive is not None and self.mode is not None:
+            self.on_alive(alive_jobs(text, self.mode))
         return events
 
     def _parser(self, mode: str) -> BaseParser:

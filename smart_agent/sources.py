@@ -192,6 +192,7 @@ class Sources:
         process_source: ProcessSource | None = None,
         home: Path | None = None,
         on_unrecognized: Callable[[str], None] | None = None,
+        on_alive: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
@@ -242,6 +243,7 @@ class Sources:
                 lookback=config.slurm.lookback,
                 clock=clock,
                 give_up_after=3 if config.slurm.poll == "auto" else None,
+                on_alive=on_alive,
             )
         self.processes: ProcessWatcher | None = None
         if config.processes.patterns:

@@ -69,6 +69,15 @@ class AllocationCreate(WireModel):
     label: Label | None = None
 
 
+class AllocationRenew(WireModel):
+    lease_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_LEASE_S,
+        description="New lease from now; default the allocation's own lease_s.",
+    )
+
+
 class Allocation(BaseModel):
     id: str
     tenant_id: str

@@ -1,4 +1,4 @@
-"""Real allocations: create (place, queue or refuse, or claim a hold), release."""
+"""Real allocations: create (place, queue or refuse, or claim a hold), renew, release."""
 
 from __future__ import annotations
 
@@ -7,11 +7,16 @@ import json
 from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow
-from control_plane.schemas.allocations import Allocation, AllocationCreate, HoldClaim
+from control_plane.schemas.allocations import (
+    Allocation,
+    AllocationCreate,
+    AllocationRenew,
+    HoldClaim,
+)
 from control_plane.schemas.enums import ACTIVE_ALLOCATION_STATUSES, AllocationStatus
-from control_plane.services import claims, granting, lifecycle, placing
+from control_plane.services import claims, events, granting, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
-from control_plane.services.errors import NotFound, QueueFull
+from control_plane.services.errors import Conflict, Invalid, NotFound, QueueFull
 from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
@@ -139,4 +144,29 @@ def release(
             session, alloc, AllocationStatus.CANCELLED, now=now, reason="cancelled while pending"
         )
         return allocation_view(session, alloc, gpus=[])
+    return allocation_view(session, alloc)
+
+
+def renew(
+    session: Session, *, tenant_id: str, allocation_id: str, body: AllocationRenew, now: float
+) -> Allocation:
+    """Extend (or set) the lease of a live allocation: it now ends `lease_s` from now. A
+    pending one keeps the new length for when it is granted; an ended one cannot be renewed."""
+    alloc = tenant_allocation_or_404(session, tenant_id=tenant_id, allocation_id=allocation_id)
+    lease_s = body.lease_s if body.lease_s is not None else alloc.lease_s
+    if lease_s is None:
+        raise Invalid(
+            f"lease_s: allocation {allocation_id} has no lease; give lease_s to set one",
+            field="lease_s",
+        )
+    if alloc.status not in ACTIVE_ALLOCATIONS:
+        raise Conflict(
+            f"allocation {allocation_id} is {alloc.status} and can no longer be renewed",
+            code="allocation_ended",
+        )
+    alloc.lease_s = lease_s
+    if alloc.status == AllocationStatus.ALLOCATED.value:
+        alloc.expires_at = now + lease_s
+    events.note(session, alloc, "allocation", now=now, reason=f"lease renewed: {lease_s} s")
+    session.add(alloc)
     return allocation_view(session, alloc)

@@ -6,6 +6,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import tzinfo
 
 from predictors.types import Event, EventKind
@@ -127,10 +128,16 @@ class SacctParser(BaseParser):
         self.max_jobs = max_jobs
         # Each job's last row (for `jitgpu agent inspect`), bounded like `jobs`.
         self.records: OrderedDict[str, dict[str, object]] = OrderedDict()
+        self._het_job: str | None = None  # the het job whose component rows are gathered
+        self._het_rows: dict[str, JobRow] = {}
 
     def caught_up(self, *, source: str, now: float) -> list[Event]:
+        events = self._flush_het(source, now)  # read as the baseline, if this one is
         self.baseline = False  # what is written from now on is seen as it happens
-        return []
+        return events
+
+    def rewound(self, *, source: str, now: float) -> None:
+        self._het_job, self._het_rows = None, {}  # the rewritten file gives them again
 
     def _parse(self, line: str, source: str, now: float) -> list[Event] | None:
         text = line.rstrip("\r\n")
@@ -178,7 +185,6 @@ class SacctParser(BaseParser):
             return None
         if ref.step:
             return []
-        job_id = ref.job
         state = cell("state")
         phase = phase_of(state)
         if phase is None:
@@ -194,40 +200,69 @@ class SacctParser(BaseParser):
             elapsed = elapsed_raw(cell("elapsedraw"))
         if elapsed is None and start is not None and end is not None and end >= start:
             elapsed = end - start
-        user = cell("user") or None
+        row = JobRow(
+            job_id=ref.job,
+            state=state,
+            phase=phase,
+            user=cell("user") or None,
+            gpus=gpus,
+            gpu_model=model,
+            submit=submit,
+            start=start,
+            end=end,
+            elapsed=elapsed,
+            summary=describe_job(cell("jobname"), cell("partition"), state),
+            pending_array=ref.pending_array,
+        )
+        # A het job's components come on consecutive rows: gathered, then read as one job
+        # with all their GPUs when a row of another job (or the end of the read) follows.
+        events = self._flush_het(source, now) if self._het_job not in (None, ref.job) else []
+        if ref.het is not None:
+            self._het_job = ref.job
+            self._het_rows[ref.het] = row
+            return events
+        return events + self._job(row, source, now)
+
+    def _flush_het(self, source: str, now: float) -> list[Event]:
+        rows = list(self._het_rows.values())
+        self._het_job, self._het_rows = None, {}
+        return self._job(merge_het(rows), source, now) if rows else []
+
+    def _job(self, row: JobRow, source: str, now: float) -> list[Event]:
+        job_id, phase = row.job_id, row.phase
         self.records[job_id] = {
-            "state": state,
-            "user": user,
-            "gpus": gpus,
-            "gpu_model": model,
-            "submit": submit,
-            "start": start,
-            "end": end,
-            "pending_array": ref.pending_array,
+            "state": row.state,
+            "user": row.user,
+            "gpus": row.gpus,
+            "gpu_model": row.gpu_model,
+            "submit": row.submit,
+            "start": row.start,
+            "end": row.end,
+            "pending_array": row.pending_array,
         }
         self.records.move_to_end(job_id)
         if len(self.records) > self.max_jobs:
             self.records.popitem(last=False)
-        if ref.pending_array:
+        if row.pending_array:
             return []  # its tasks report themselves, under their own ids, when they start
         seen = self.jobs.get(job_id)
         if phase <= seen:
             return []
         self.jobs.set(job_id, phase)
         live = not self.baseline
-        summary = describe_job(cell("jobname"), cell("partition"), state)
+        submit, start, end, elapsed = row.submit, row.start, row.end, row.elapsed
 
         def make(kind: EventKind, at: float, duration: float | None = None) -> Event:
             return self.event(
                 kind,
                 at,
                 source=source,
-                user=user,
-                gpus=gpus,
-                gpu_model=model,
+                user=row.user,
+                gpus=row.gpus,
+                gpu_model=row.gpu_model,
                 job_id=job_id,
                 duration_s=duration,
-                text=summary,
+                text=row.summary,
             )
 
         events = []
@@ -249,6 +284,48 @@ class SacctParser(BaseParser):
             if at is not None:
                 events.append(make(EventKind.JOB_FINISHED, at, elapsed))
         return events
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """What one sacct row (or a het job's rows together) says of a job."""
+
+    job_id: str
+    state: str
+    phase: int
+    user: str | None
+    gpus: int | None
+    gpu_model: str | None
+    submit: float | None
+    start: float | None
+    end: float | None
+    elapsed: float | None
+    summary: str | None
+    pending_array: bool = False
+
+
+def merge_het(rows: Sequence[JobRow]) -> JobRow:
+    """A het job as one: the GPUs of all its components, the least advanced state (it has
+    ended when every component has), the earliest submit and start, the latest end."""
+    first = min(rows, key=lambda r: r.phase)
+    counts = [r.gpus for r in rows if r.gpus is not None]
+
+    def earliest(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return min(known) if known else None
+
+    ends = [r.end for r in rows]
+    elapsed = [r.elapsed for r in rows if r.elapsed is not None]
+    return replace(
+        first,
+        gpus=sum(counts) if counts else None,
+        gpu_model=next((r.gpu_model for r in rows if r.gpu_model), None),
+        user=next((r.user for r in rows if r.user), None),
+        submit=earliest([r.submit for r in rows]),
+        start=earliest([r.start for r in rows]),
+        end=max(e for e in ends if e is not None) if None not in ends else None,
+        elapsed=max(elapsed) if elapsed else None,
+    )
 
 
 def _index(names: Sequence[str]) -> dict[str, int]:

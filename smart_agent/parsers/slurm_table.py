@@ -37,6 +37,7 @@ class JobRef:
     job: str  # the id events carry: `123`, `123_4`; a het job's components fold into `123`
     step: bool  # `.batch`, `.extern`, `.0`: part of a job, not a job
     pending_array: bool  # `123_[0-3]`: tasks not started yet, not a job of its own
+    het: str | None = None  # `123+1`: component 1 of het job 123
 
 
 def job_ref(text: str) -> JobRef | None:
@@ -47,7 +48,7 @@ def job_ref(text: str) -> JobRef | None:
     task = found.group("task")
     pending = task is not None and task.startswith("[")
     job = found.group("base") + (f"_{task}" if task else "")
-    return JobRef(job, found.group("step") is not None, pending)
+    return JobRef(job, found.group("step") is not None, pending, found.group("het"))
 
 
 def is_header(cells: list[str]) -> bool:

@@ -77,6 +77,9 @@ class SqueueParser(BaseParser):
         self.snapshots = 0  # headers seen
         self.known: dict[str, _Job] = {}
         self.current: set[str] = set()
+        # A het job's components (`123+0`, `123+1`) on consecutive rows, read as one job.
+        self._het_job: str | None = None
+        self._het_rows: list[dict[str, str]] = []
 
     def _parse(self, line: str, source: str, now: float) -> list[Event] | None:
         text = line.strip()
@@ -86,7 +89,7 @@ class SqueueParser(BaseParser):
         cells = [c.strip() for c in (text.split("|") if pipe else _SPLIT.split(text))]
         names = [_column(c) for c in cells]
         if "JOBID" in names and "ST" in names:
-            events = self._end_snapshot(source, now)
+            events = self._flush_het(source, now) + self._end_snapshot(source, now)
             self.columns, self.pipe = names, pipe
             self.snapshots += 1
             return events
@@ -98,15 +101,39 @@ class SqueueParser(BaseParser):
         if len(cells) != len(self.columns):
             return None
         row = dict(zip(self.columns, cells, strict=True))
-        return self._row(row, source, now)
+        ref = job_ref(row.get("JOBID", ""))
+        events = self._flush_het(source, now) if ref is None or ref.job != self._het_job else []
+        if ref is not None and ref.het is not None and not ref.step:
+            self._het_job = ref.job
+            self._het_rows.append(row)
+            return events
+        got = self._row(row, source, now)
+        return None if got is None and not events else events + (got or [])
 
-    def _row(self, row: dict[str, str], source: str, now: float) -> list[Event] | None:
+    def _flush_het(self, source: str, now: float) -> list[Event]:
+        """The gathered components as one job: all their GPUs, the least advanced state."""
+        rows, self._het_job, self._het_rows = self._het_rows, None, []
+        if not rows:
+            return []
+        first = min(rows, key=lambda r: phase_of(r.get("ST", "")) or 0)
+        counts = [_row_gpus(r) for r in rows]
+        known = [n for n, _ in counts if n is not None]
+        model = next((m for _, m in counts if m), None)
+        return self._row(first, source, now, (sum(known) if known else None, model)) or []
+
+    def _row(
+        self,
+        row: dict[str, str],
+        source: str,
+        now: float,
+        gpus_of: tuple[int | None, str | None] | None = None,
+    ) -> list[Event] | None:
         ref = job_ref(row.get("JOBID", ""))
         phase = phase_of(row.get("ST", ""))
         if ref is None or ref.step or phase is None:
             return None
         job_id = ref.job
-        gpus, model = _row_gpus(row)
+        gpus, model = gpus_of if gpus_of is not None else _row_gpus(row)
         elapsed = parse_duration(row.get("TIME"))
         user = row.get("USER") or None
         summary = describe_job(row.get("NAME"), row.get("PARTITION"), row.get("ST"))
@@ -158,8 +185,12 @@ class SqueueParser(BaseParser):
         return events
 
     def caught_up(self, *, source: str, now: float) -> list[Event]:
+        events = self._flush_het(source, now)
         self.baseline = False  # what is written from now on is seen as it happens
-        return []
+        return events
+
+    def rewound(self, *, source: str, now: float) -> None:
+        self._het_job, self._het_rows = None, []
 
     def _end_snapshot(self, source: str, now: float) -> list[Event]:
         """Jobs tracked but absent from the snapshot just ended have finished."""

@@ -39,6 +39,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/v1/allocations"): (401, 200, 200, 403, 403, 401, 200),
     ("GET", "/v1/allocations/{allocation_id}"): OWN_TENANT_OR_ADMIN,
     ("DELETE", "/v1/allocations/{allocation_id}"): OWN_TENANT_OR_ADMIN,
+    # Only the owner extends its lease; an admin frees GPUs by releasing, not renewing.
+    ("POST", "/v1/allocations/{allocation_id}/renew"): (401, 200, 404, 403, 403, 401, 403),
     ("POST", "/v1/holds"): (401, 201, 201, 403, 403, 401, 403),
     ("GET", "/v1/holds"): (401, 200, 200, 403, 403, 401, 200),
     ("GET", "/v1/holds/{hold_id}"): OWN_TENANT_OR_ADMIN,
@@ -83,6 +85,7 @@ B_GPUS = [{"uuid": f"GPU-b-{i}", "model": "A100", "memory_mb": 81920, "index": i
 # A valid body for each route that takes one, so that the status is about who asks.
 BODIES: dict[tuple[str, str], Callable[[World], Any]] = {
     ("POST", "/v1/allocations"): lambda w: {"gpu_count": 1},
+    ("POST", "/v1/allocations/{allocation_id}/renew"): lambda w: {"lease_s": 600},
     ("POST", "/v1/holds"): lambda w: {"gpu_count": 1, "ttl_s": 600},
     ("POST", "/v1/nodes"): lambda w: {"name": "node-b", "gpus": B_GPUS},
     ("POST", "/v1/nodes/{node_id}/holds/{hold_id}/warmup"): lambda w: {"ok": True, "warmup_s": 1.0},

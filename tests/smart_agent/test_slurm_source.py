@@ -90,3 +90,27 @@ def test_no_slurm_no_events_and_the_config(fake_bin: Path, monkeypatch: pytest.M
     assert SlurmConfig().wanted()  # auto: the stand-ins are on PATH
     monkeypatch.setenv("PATH", str(fake_bin / "nothing-here"))
     assert not SlurmConfig().wanted()
+
+
+def test_each_poll_reports_the_jobs_still_alive(fake_bin: Path) -> None:
+    rows = [
+        "JobIDRaw|JobID|User|JobName|Partition|State|Submit|Start|End|ElapsedRaw|AllocTRES|ReqTRES",
+        "101|101|alice|a|gpu|RUNNING|||||gres/gpu=1|",
+        "102|102+0|alice|b|gpu|RUNNING|||||gres/gpu=1|",
+        "103|102+1|alice|b|gpu|PENDING|||||gres/gpu=2|",
+        "104|104|alice|c|gpu|COMPLETED|||||gres/gpu=1|",
+        "105|105.batch|alice|d|gpu|RUNNING||||||",
+        "106|106_[0-3]|alice|e|gpu|PENDING||||||",
+        "107|107_2|alice|f|gpu|CANCELLED by 1000||||||",
+    ]
+    (fake_bin / "sacct.out").write_text("\n".join(rows) + "\n")
+    seen: list[list[str]] = []
+    source = SlurmSource(
+        lambda e: None, user="alice", tz=UTC, clock=lambda: NOW, on_alive=seen.append
+    )
+    source.poll_once()
+    # Finished jobs, steps and a pending array's placeholder are not jobs alive.
+    assert seen == [["101", "102"]]
+    (fake_bin / "sacct.out").write_text("\n".join(rows[:1] + rows[4:]) + "\n")
+    source.poll_once()
+    assert seen[-1] == []

@@ -1,4 +1,4 @@
-"""Allocation routes: create (place, queue or refuse), read, list and release."""
+"""Allocation routes: create (place, queue or refuse), read, list, renew and release."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from control_plane.api.deps import (
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.api.respond import created, model_json
 from control_plane.db.engine import Database
-from control_plane.schemas.allocations import Allocation, AllocationCreate
+from control_plane.schemas.allocations import Allocation, AllocationCreate, AllocationRenew
 from control_plane.schemas.enums import AllocationStatus
 from control_plane.services import allocations, queries
 from control_plane.services.auth import Principal
@@ -79,3 +79,22 @@ def release_allocation(
             session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=clock()
         )
     return model_json(result)
+
+
+@router.post("/{allocation_id}/renew", response_model=Allocation)
+def renew_allocation(
+    allocation_id: IdPath,
+    body: AllocationRenew,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    who: Principal = Depends(tenant),
+) -> Allocation:
+    # Only the owning tenant extends its own lease (another tenant gets 404); an admin who
+    # wants GPUs back releases instead. The placement lock orders it with the lease expiry.
+    tenant_id = who.tenant_id
+    assert tenant_id is not None
+    with db.write(placement=True) as session:
+        result = allocations.renew(
+            session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=clock()
+        )
+    return result
