@@ -7,7 +7,15 @@ from typing import Any
 import typer
 
 from control_plane.schemas.tenants import TenantPolicy
-from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
+from smart_agent.cli.common import (
+    AdminTokenOpt,
+    JsonOpt,
+    ServerOpt,
+    WideOpt,
+    client,
+    console,
+    emit,
+)
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
 
@@ -46,11 +54,11 @@ def tenant_create(
         True, "--key/--no-key", help="Also mint an API key (shown once)."
     ),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Create a tenant (and, by default, its first API key)."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         tenant = c.create_tenant(
             name, quota_gpus=quota, burst_gpus=burst, online_share=online_share
         )
@@ -67,10 +75,10 @@ def key_create(
     tenant_id: str,
     label: str | None = typer.Option(None),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Mint an API key for a tenant; the secret is printed once."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         print(c.create_api_key(tenant_id, label=label).key)
 
 
@@ -78,20 +86,23 @@ def key_create(
 def node_token(
     label: str | None = typer.Option(None),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Mint a node token for `jitgpu node --token`; printed once."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         print(c.create_node_token(label=label).key)
 
 
 @admin_app.command("nodes")
 def nodes(
-    server: str | None = ServerOpt, token: str | None = TokenOpt, as_json: bool = JsonOpt
+    server: str | None = ServerOpt,
+    token: str | None = AdminTokenOpt,
+    as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """List nodes with their GPU counts and health."""
-    with client(server, token) as c:
-        emit(c.list_nodes(), as_json=as_json, columns=NODE_COLUMNS, title="nodes")
+    with client(server, token, admin=True) as c:
+        emit(c.list_nodes(), as_json=as_json, columns=NODE_COLUMNS, title="nodes", wide=wide)
 
 
 @admin_app.command("policy-set")
@@ -108,7 +119,7 @@ def policy_set(
         None, "--holds-may-preempt-holds/--no-holds-may-preempt-holds"
     ),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Change a tenant's server-side speculative budget; limits not given keep their value."""
     if allowed_warmup and any_warmup:
@@ -125,7 +136,7 @@ def policy_set(
         changes["allowed_warmups"] = None
     if not changes:
         raise typer.BadParameter("nothing to change: give at least one limit")
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         # The server takes the whole policy: start from what is in force, so that a limit
         # left out is kept rather than reset to its default.
         current = c.get_policy(tenant_id)
