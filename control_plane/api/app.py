@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from control_plane.api import errors, observability
+from control_plane.api import docs, errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
 from control_plane.api.routers import allocations, health, holds, nodes, tenants
@@ -58,6 +58,8 @@ def create_app(
         version="1",
         description="Pre-warm GPUs just in time: holds, claims and allocations.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by docs.install
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.db = database
@@ -73,4 +75,5 @@ def create_app(
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
     for module in (allocations, holds, nodes, tenants, health, observability):
         app.include_router(module.router)
+    docs.install(app)
     return app

@@ -151,7 +151,11 @@ def replay(
 
 
 @app.command()
-def demo(keep: bool = typer.Option(False, "--keep", help="Keep the working folder.")) -> None:
+def demo(
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the cluster up afterwards, with commands to explore it."
+    ),
+) -> None:
     """Run the demo: control plane, two simulated GPU nodes, the agent on a sample pipeline."""
     from smart_agent.demo.run import run_demo
 
