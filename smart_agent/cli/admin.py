@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import typer
@@ -15,7 +16,10 @@ from smart_agent.cli.common import (
     client,
     console,
     emit,
+    fail,
 )
+
+ID = re.compile(r"^tnt_[0-9a-f]{16}$")
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
 
@@ -72,13 +76,19 @@ def tenant_create(
 
 @admin_app.command("key-create")
 def key_create(
-    tenant_id: str,
+    tenant: str = typer.Argument(..., help="The tenant's id or name."),
     label: str | None = typer.Option(None),
     server: str | None = ServerOpt,
     token: str | None = AdminTokenOpt,
 ) -> None:
-    """Mint an API key for a tenant; the secret is printed once."""
+    """Mint an API key for a tenant; the secret is printed once (pipe it to `jitgpu login`)."""
     with client(server, token, admin=True) as c:
+        tenant_id = tenant
+        if not ID.match(tenant):
+            named = [t.id for t in c.list_tenants() if t.name == tenant]
+            if not named:
+                fail(f"no tenant named {tenant!r}")
+            tenant_id = named[0]
         print(c.create_api_key(tenant_id, label=label).key)
 
 
@@ -88,7 +98,7 @@ def node_token(
     server: str | None = ServerOpt,
     token: str | None = AdminTokenOpt,
 ) -> None:
-    """Mint a node token for `jitgpu node --token`; printed once."""
+    """Mint a node token; printed once, for `jitgpu node` in JITGPU_NODE_TOKEN."""
     with client(server, token, admin=True) as c:
         print(c.create_node_token(label=label).key)
 

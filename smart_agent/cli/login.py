@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -52,5 +53,7 @@ def login(
     else:
         saved.token = token
     saved.server = url
-    path = userconf.save(saved)
-    console.print(Text(f"saved the {what} for {url} in {path} (mode 0600)"))
+    path = str(userconf.save(saved))
+    home = os.path.expanduser("~")
+    shown = "~" + path[len(home) :] if path.startswith(home + os.sep) else path
+    console.print(Text(f"saved the {what} for {url} in {shown} (mode 0600)"), soft_wrap=True)
