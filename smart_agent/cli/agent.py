@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
 from smart_agent.cli.common import console
 
@@ -75,7 +76,8 @@ def printer(kind: str, data: dict) -> None:
         text = f"cancel    {data['hold']}: no forecast supports it any more"
     else:
         text = f"{kind:<9} {data}"
-    console.print(f"[dim]{stamp}[/dim] {text}", highlight=False, soft_wrap=True)
+    # Text, not markup: a server's message or a log line may hold [brackets] of its own.
+    console.print(Text(stamp, style="dim") + Text(" " + text), highlight=False, soft_wrap=True)
 
 
 @agent_app.command("run")
@@ -136,7 +138,7 @@ def status(config: Path | None = ConfigOpt) -> None:
         ]
     finally:
         log.close()
-    console.print(f"prediction log: {cfg.prediction_log}")
+    console.print(Text(f"prediction log: {cfg.prediction_log}"), soft_wrap=True)
     console.print(
         f"holds pending: {len(pending)} ({sum(r['hold_gpus'] or 0 for r in pending)} GPUs)"
     )

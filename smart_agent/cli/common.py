@@ -60,16 +60,10 @@ def resolve(server: str | None, token: str | None, *, admin: bool) -> tuple[str,
         fail(str(exc), 2)
     server = server or saved.server or DEFAULT_SERVER
     token = token or (saved.admin_token if admin else saved.token)
+    if not token and admin:
+        fail("no admin token: set JITGPU_ADMIN_TOKEN or run `jitgpu login --admin`", 2)
     if not token:
-        var, login = (
-            ("JITGPU_ADMIN_TOKEN", "jitgpu login --admin")
-            if admin
-            else (
-                "JITGPU_TOKEN",
-                "jitgpu login",
-            )
-        )
-        fail(f"no {'admin token' if admin else 'API key'}: set {var} or run `{login}`", 2)
+        fail("no API key: set JITGPU_TOKEN or run `jitgpu login`", 2)
     return server, token
 
 
