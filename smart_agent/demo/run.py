@@ -124,14 +124,16 @@ class Demo:
             time.sleep(0.2)
 
     def stop_all(self) -> None:
+        # Last started, first stopped, one at a time: the agent cancels its holds on the way
+        # out, which needs the server still up.
         for _, proc, _ in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for _, proc, _ in reversed(self.procs):
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def _configs(demo: Demo, key_env: str) -> Path:
@@ -221,8 +223,8 @@ def run_demo(
     rounds: tuple[Round, ...] = ROUNDS,
     folder: Path | None = None,
     epoch_s: float = 2.5,
-    pause_s: float = 4.0,
-    settle_s: float = 3.0,
+    pause_s: float = 2.0,
+    settle_s: float = 2.0,
     start_timeout_s: float = 60.0,
     explore: Callable[[Path], None] | None = None,
 ) -> int:
@@ -232,6 +234,9 @@ def run_demo(
     the env file, returns). `rounds` and the timings let a test run it short."""
     folder = folder or Path(tempfile.mkdtemp(prefix="jitgpu-demo-"))
     demo = Demo(folder, colour=sys.stdout.isatty())
+    main = threading.current_thread() is threading.main_thread()
+    # A `kill` stops the pieces too, as Ctrl-C does, rather than leaving them running.
+    before = signal.signal(signal.SIGTERM, _interrupt) if main else None
     demo.say("demo", f"this run's folder (logs, prediction log): {folder}")
     failed = False
     try:
@@ -255,6 +260,8 @@ def run_demo(
         demo.say("demo", "stopping the cluster")
     finally:
         demo.stop_all()
+        if main:
+            signal.signal(signal.SIGTERM, before)
     shutil.rmtree(folder / "cache", ignore_errors=True)
     if failed:
         demo.say("demo", f"read the logs in {folder}")
@@ -265,6 +272,10 @@ def run_demo(
         demo.say("demo", f"review: {jitgpu} predictions score --log {log}")
         demo.say("demo", f"        {jitgpu} predictions report --log {log} --out report.html")
     return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _jitgpu_command() -> str:
