@@ -22,7 +22,7 @@ class Round:
 
 # Think times leave the agent room to warm (6 s) before each launch; a job runs longer than
 # the warm-up, so that a cold start is measured. The whole story takes under two minutes.
-ROUNDS = (Round(2, 10.0), Round(2, 10.0), Round(2, 9.0), Round(4, 10.0), Round(2, 8.0))
+ROUNDS = (Round(2, 9.0), Round(2, 9.0), Round(2, 8.0), Round(4, 9.0), Round(2, 8.0))
 
 
 def run_pipeline(
@@ -49,7 +49,7 @@ def run_pipeline(
                 f"hf_{'x' * 30}, contact alice@example.com)\n"
             )
             for shard in range(3):
-                time.sleep(0.7)
+                time.sleep(0.5)
                 out.write(f"[round {i}] tokenizing shard {shard + 1}/3 on 10.0.0.{shard + 7}\n")
             out.write(f"[round {i}] preprocessing done\n")
             say(f"round {i}: preprocessing done; training ({r.gpus} GPUs) in {r.think_s:.0f}s")
