@@ -6,7 +6,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import GpuRow, NodeRow
-from control_plane.services.errors import Invalid
+from control_plane.services.errors import Conflict
 
 
 def inventory(session: Session) -> dict[str, int]:
@@ -25,7 +25,9 @@ def inventory(session: Session) -> dict[str, int]:
 
 
 def check(session: Session, *, gpu_count: int, gpu_model: str | None) -> None:
-    """Raise 422 naming the field when no cluster state could ever satisfy the request.
+    """Raise 409 naming the field when the cluster as it is could never satisfy the request.
+
+    409, not 422: the request is well formed; it conflicts with what the cluster has.
 
     A cluster with no node yet refuses nothing: its nodes may still be starting.
     """
@@ -34,7 +36,7 @@ def check(session: Session, *, gpu_count: int, gpu_model: str | None) -> None:
         return
     if gpu_model is not None and gpu_model not in models:
         known = ", ".join(sorted(models))
-        raise Invalid(
+        raise Conflict(
             f"no GPU of model {gpu_model!r} in the cluster (models: {known})",
             code="unplaceable",
             field="gpu_model",
@@ -42,7 +44,7 @@ def check(session: Session, *, gpu_count: int, gpu_model: str | None) -> None:
     have = models[gpu_model] if gpu_model is not None else sum(models.values())
     if gpu_count > have:
         what = f"{gpu_model} GPUs" if gpu_model is not None else "GPUs"
-        raise Invalid(
+        raise Conflict(
             f"{gpu_count} GPUs requested but the cluster has {have} {what} in all",
             code="unplaceable",
             field="gpu_count",

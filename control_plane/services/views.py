@@ -108,7 +108,7 @@ def time_to_gpu(row: AllocationRow) -> tuple[float | None, str | None]:
         if row.allocated_at is None:
             return None, "never got GPUs"
         return None, "not yet known: the node is warming the GPUs"
-    if not row.warm and row.ready_at == row.allocated_at:
+    if not row.warm and row.warmup is None and row.ready_at == row.allocated_at:
         waited = max(0.0, row.allocated_at - row.requested_at)
         return None, (
             f"cold start not measured: GPUs assigned {waited:.1f}s after the request, then "

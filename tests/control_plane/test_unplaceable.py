@@ -11,7 +11,7 @@ def test_unknown_model_refused_at_once_for_allocations_and_holds(api: Api) -> No
     for path, extra in (("/v1/allocations", {}), ("/v1/holds", {"ttl_s": 60})):
         body = {"gpu_count": 1, "gpu_model": "H100", **extra}
         r = api.http.post(path, json=body, headers=headers)
-        assert r.status_code == 422, r.text
+        assert r.status_code == 409, r.text
         error = r.json()["error"]
         assert error["field"] == "gpu_model" and error["code"] == "unplaceable"
         assert error["message"] == "no GPU of model 'H100' in the cluster (models: A100)"
@@ -24,10 +24,10 @@ def test_more_gpus_than_the_cluster_has_refused(api: Api) -> None:
     r = api.http.post(
         "/v1/allocations", json={"gpu_count": 5, "gpu_model": "A100"}, headers=headers
     )
-    assert r.status_code == 422 and r.json()["error"]["field"] == "gpu_count"
+    assert r.status_code == 409 and r.json()["error"]["field"] == "gpu_count"
     assert "the cluster has 4 A100 GPUs in all" in r.json()["error"]["message"]
     r = api.http.post("/v1/holds", json={"gpu_count": 7, "ttl_s": 60}, headers=headers)
-    assert r.status_code == 422 and "has 6 GPUs in all" in r.json()["error"]["message"]
+    assert r.status_code == 409 and "has 6 GPUs in all" in r.json()["error"]["message"]
     # What fits the cluster but not its free GPUs now waits, and says why.
     api.http.post("/v1/allocations", json={"gpu_count": 4, "gpu_model": "A100"}, headers=headers)
     r = api.http.post(
