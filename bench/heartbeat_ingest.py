@@ -56,10 +56,14 @@ def telemetry(node: int) -> dict:
 
 
 def register(server: ServerProc) -> tuple[list[str], str, str]:
-    """Nodes (by id), a node token and a tenant key."""
+    """Nodes (by id), each node's own credential (a node acts only as itself), a tenant key."""
     ids = []
+    tokens = []
     with server.admin() as admin:
         for n in range(NODES):
+            enrolled = admin.post("/v1/nodes/enrol", json={"name": f"n{n}"})
+            enrolled.raise_for_status()
+            tokens.append(enrolled.json()["credential"])
             body = {
                 "name": f"n{n}",
                 "spine": f"spine{n // 400}",
@@ -72,16 +76,15 @@ def register(server: ServerProc) -> tuple[list[str], str, str]:
             r = admin.post("/v1/nodes", json=body)
             r.raise_for_status()
             ids.append(r.json()["id"])
-        node_token = admin.post("/v1/node-tokens").json()["key"]
         tenant = admin.post("/v1/tenants", json={"name": "bench", "quota_gpus": 1000}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
-    return ids, node_token, key
+    return ids, tokens, key
 
 
 def heartbeat_wrk(
     url: str,
     ids: list[str],
-    token: str,
+    tokens: list[str],
     seconds: float,
     tmp: Path,
     *,
@@ -94,7 +97,7 @@ def heartbeat_wrk(
     script = tmp / "hb.lua"
     bodies = [json.dumps(telemetry(n)) for n in range(len(ids))]
     lines = ["local reqs = {}"]
-    for node_id, body in zip(ids, bodies, strict=True):
+    for node_id, token, body in zip(ids, tokens, bodies, strict=True):
         escaped = body.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(
             f'reqs[#reqs+1] = wrk.format("POST", "/v1/nodes/{node_id}/heartbeat", '
@@ -133,8 +136,8 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
     ).start()
     try:
         server.wait_ready()
-        ids, node_token, key = register(server)
-        hb = heartbeat_wrk(server.url, ids, node_token, args.seconds, tmp)
+        ids, tokens, key = register(server)
+        hb = heartbeat_wrk(server.url, ids, tokens, args.seconds, tmp)
         run_wrk(server.url, key, seconds=2, connections=16, threads=1)  # warm-up
         idle = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
         # 100 connections, each waiting so that together they send about `rate` per second
@@ -145,7 +148,7 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
                 heartbeat_wrk(
                     server.url,
                     ids,
-                    node_token,
+                    tokens,
                     args.seconds,
                     tmp,
                     connections=PACED_CONNECTIONS,

@@ -60,6 +60,23 @@ class ServerSettings(BaseModel):
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="json", pattern="^(json|text)$")
     migrate: bool = True
+    # A part of the server (event loop, heartbeat flush, job thread) later than its period by
+    # this much counts as stalled: liveness then waits a full heartbeat timeout.
+    stall_threshold_s: float = Field(default=2.0, gt=0, le=600)
+    # Request limits (docs/limits.md): the transport refuses a bad client before the app runs.
+    max_header_bytes: int = Field(default=65_536, ge=1024, le=1_048_576)
+    max_headers: int = Field(default=100, ge=10, le=1000)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    body_idle_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    max_connections_per_ip: int = Field(default=256, ge=1, le=100_000)
+    # Requests per second (and burst) per key; admin is never limited.
+    rate_limits: bool = True
+    tenant_rate_per_s: float = Field(default=1000.0, gt=0)
+    tenant_burst: float = Field(default=2000.0, ge=1)
+    node_rate_per_s: float = Field(default=5000.0, gt=0)
+    node_burst: float = Field(default=10000.0, ge=1)
+    anonymous_rate_per_s: float = Field(default=200.0, gt=0)
+    anonymous_burst: float = Field(default=400.0, ge=1)
 
 
 ENV_KEYS = {
@@ -75,6 +92,19 @@ ENV_KEYS = {
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
     "JITGPU_LOG_FORMAT": "log_format",
+    "JITGPU_STALL_THRESHOLD_S": "stall_threshold_s",
+    "JITGPU_MAX_HEADER_BYTES": "max_header_bytes",
+    "JITGPU_MAX_HEADERS": "max_headers",
+    "JITGPU_HEADER_TIMEOUT_S": "header_timeout_s",
+    "JITGPU_BODY_IDLE_TIMEOUT_S": "body_idle_timeout_s",
+    "JITGPU_MAX_CONNECTIONS_PER_IP": "max_connections_per_ip",
+    "JITGPU_RATE_LIMITS": "rate_limits",
+    "JITGPU_TENANT_RATE_PER_S": "tenant_rate_per_s",
+    "JITGPU_TENANT_BURST": "tenant_burst",
+    "JITGPU_NODE_RATE_PER_S": "node_rate_per_s",
+    "JITGPU_NODE_BURST": "node_burst",
+    "JITGPU_ANONYMOUS_RATE_PER_S": "anonymous_rate_per_s",
+    "JITGPU_ANONYMOUS_BURST": "anonymous_burst",
 }
 
 

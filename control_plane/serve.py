@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import secrets
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from control_plane import logs
+from control_plane import logs, secrets_file
 from control_plane.config import ConfigError, load_settings
 
 
 def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     import uvicorn
 
+    from control_plane.api import transport
     from control_plane.api.app import create_app
     from control_plane.db.engine import DatabaseConfigError
 
@@ -22,11 +23,15 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # Everything the server creates (the SQLite file and its WAL, the token file) is the
+    # operator's alone: the database holds key hashes and every tenant's commands.
+    os.umask(0o077)
     if not settings.admin_token:
-        # Without a configured token the admin routes would be unusable; make one and say so.
-        settings.admin_token = secrets.token_urlsafe(24)
+        # Without a configured token the admin routes would be unusable: make one (or reuse
+        # the one made before) in a file only the operator can read. Never printed or logged.
+        path, settings.admin_token = secrets_file.admin_token(settings.database_url)
         print(
-            f"admin token (set JITGPU_ADMIN_TOKEN to choose one): {settings.admin_token}",
+            f"admin token in {path} (set JITGPU_ADMIN_TOKEN to choose one)",
             file=sys.stderr,
             flush=True,
         )
@@ -43,6 +48,8 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
         app,
         host=settings.host,
         port=settings.port,
+        # h11 with a guard, not httptools: request heads are bounded in size, count and time.
+        http=transport.protocol_for(transport.limits_of(settings)),
         log_level=settings.log_level,
         log_config=None,
         access_log=False,

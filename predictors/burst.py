@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from predictors._stats import conditional_hit
 from predictors.base import check_positive, check_probability, check_size
 from predictors.context import Context
 from predictors.history import AFTER_FINISH, UserHistory
 from predictors.holdvalue import choose, outlook
 from predictors.types import Forecast
+
+# What a second saved is worth, by the size of the job it is saved for: one job's second
+# (`jobs`), or the GPU-seconds a cold start of that job wastes (`gpus`: the price then weighs
+# idle GPU-seconds against waiting GPU-seconds, so a large job is held as long as a small one).
+WEIGHTS: dict[str, Callable[[int], float]] = {
+    "jobs": lambda size: 1.0,
+    "gpus": lambda size: float(size),
+    "sqrt": lambda size: float(size) ** 0.5,
+}
 
 
 class BurstPredictor:
@@ -35,7 +46,8 @@ class BurstPredictor:
     `value_fit` weighs the saving by the chance that the next job fits the hold (the
     confidence always includes it). With `max_jobs` > 1, priced mode also holds GPUs for the
     2nd..k-th job of a clump, each worth the part of a warm-up such a job would still wait (see
-    `_clump`), each with its own window by the same rule.
+    `_clump`), each with its own window by the same rule. `weigh` says what a saved second
+    is worth by job size (see WEIGHTS): per job, or per GPU of the job.
     """
 
     def __init__(
@@ -52,6 +64,7 @@ class BurstPredictor:
         pool_weight: float = 16.0,
         warm_after_finish: bool = True,
         value_fit: bool = True,
+        weigh: str = "jobs",
         name: str = "burst",
     ) -> None:
         self.window_s = check_positive("window_s", window_s)
@@ -73,6 +86,9 @@ class BurstPredictor:
         self.pool_weight = pool_weight
         self.warm_after_finish = warm_after_finish
         self.value_fit = value_fit
+        if weigh not in WEIGHTS:
+            raise ValueError(f"weigh must be one of {', '.join(WEIGHTS)}, not {weigh!r}")
+        self.weigh = weigh
         self._clumps: dict[tuple[str, int], tuple[UserHistory, int, tuple[float, float]]] = {}
         self.name = name
 
@@ -151,7 +167,7 @@ class BurstPredictor:
                 price=self.price or 0.0,
                 lead_s=self.lead_s,
                 warm=self.warm_after_finish and just_ended and k == 1,
-                fit=value_fit * wait,
+                fit=value_fit * wait * WEIGHTS[self.weigh](size),
             )
             if choice is None:
                 break

@@ -26,6 +26,7 @@ log = logging.getLogger("jitgpu.agent")
 
 ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
 ARRIVAL_MAX_AGE_S = 120.0
+JOB_LEASE_S = 6 * 3600  # a job the agent never sees end gives its GPUs back after this
 CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
 
 
@@ -33,6 +34,7 @@ CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
 class OpenJob:
     log_id: int
     allocation_id: str | None
+    gpus: int | None = None  # None: no GPU evidence yet (a later event of the job may say)
 
 
 @dataclass
@@ -55,10 +57,11 @@ class Agent:
         log_: PredictionLog,
         predictors: PredictorSet,
         clock: Callable[[], float] = time.time,
-        lease_s: int | None = None,
+        lease_s: int | None = JOB_LEASE_S,
         allocate_on_miss: bool = False,
         notify: Notify | None = None,
         arrival_max_age_s: float = ARRIVAL_MAX_AGE_S,
+        max_job_gpus: int | None = None,
     ) -> None:
         self.user = user
         self.policy = policy
@@ -70,6 +73,9 @@ class Agent:
         self.allocate_on_miss = allocate_on_miss
         self.notify: Notify = notify or (lambda kind, data: None)
         self.arrival_max_age_s = arrival_max_age_s
+        # The most GPUs one job may claim or allocate: a misread count (512 from one row)
+        # stops here, before any request is sent.
+        self.max_job_gpus = max_job_gpus or policy.max_gpus_total
         # Jobs from before this moment (processes already running, a backfilled history)
         # are history, not arrivals: they must neither claim a hold nor allocate now.
         self.started_at = clock()
@@ -89,8 +95,14 @@ class Agent:
             return
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
-            if key not in self._open_jobs and self._is_arrival(event):
+            known = self._open_jobs.get(key)
+            if known is None and self._is_arrival(event):
                 self._open_jobs[key] = self._arrive(event)
+            elif (
+                known is not None and known.gpus is None and event.gpus and self._is_arrival(event)
+            ):
+                # `Submitted batch job N` first, the job's GPUs from its record later.
+                self._open_jobs[key] = self._arrive(event, log_id=known.log_id)
         elif event.kind == EventKind.JOB_FINISHED and event.job_id in self._open_jobs:
             self._finish(self._open_jobs.pop(event.job_id))
 
@@ -103,16 +115,31 @@ class Agent:
         log.debug("job %s at %.0f is history, not an arrival", event.job_id, event.at)
         return False
 
-    def _arrive(self, event: Event) -> OpenJob:
+    def _arrive(self, event: Event, *, log_id: int | None = None) -> OpenJob:
         now = self.clock()
-        job_id = self.log.job(
-            at=event.at,
-            user=event.user,
-            gpus=event.gpus,
-            gpu_model=event.gpu_model,
-            source=event.source,
-            job_ref=event.job_id,
-        )
+        job_id = log_id
+        if job_id is None:
+            job_id = self.log.job(
+                at=event.at,
+                user=event.user,
+                gpus=event.gpus,
+                gpu_model=event.gpu_model,
+                source=event.source,
+                job_ref=event.job_id,
+            )
+        if not event.gpus:
+            # No GPU evidence (a bare `Submitted batch job N`) or a CPU job: it takes no
+            # hold made for another job and allocates nothing.
+            log.debug("job %s: no GPUs known, nothing claimed", event.job_id)
+            return OpenJob(job_id, None, None if event.gpus is None else 0)
+        if event.gpus > self.max_job_gpus:
+            log.warning(
+                "job %s asks for %d GPUs, over the cap of %d (max_job_gpus): nothing requested",
+                event.job_id,
+                event.gpus,
+                self.max_job_gpus,
+            )
+            return OpenJob(job_id, None, event.gpus)
         best = self._best_hold(event.gpus, event.gpu_model)
         hold = best[0] if best else None
         alloc: Allocation | None = None
@@ -138,7 +165,7 @@ class Agent:
             elif self.allocate_on_miss:
                 model = event.gpu_model or self.policy.gpu_model
                 alloc = self.client.allocate(
-                    max(1, event.gpus or 1),
+                    event.gpus,
                     gpu_model=wire_gpu_model(model, self.policy.gpu_model),
                     lease_s=self.lease_s,
                     use_holds=False,
@@ -166,7 +193,7 @@ class Agent:
                 "time_to_gpu_s": alloc.time_to_gpu_s if alloc else None,
             },
         )
-        return OpenJob(job_id, alloc.id if alloc else None)
+        return OpenJob(job_id, alloc.id if alloc else None, event.gpus)
 
     def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
         """The agent's hold a job should take (the readiest that fits it, the smallest of

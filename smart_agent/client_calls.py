@@ -11,6 +11,12 @@ from pydantic import TypeAdapter
 
 from control_plane.schemas.allocations import Allocation, Hold
 from control_plane.schemas.events import Event
+from control_plane.schemas.node_identity import (
+    EnrolTokenCreated,
+    NodeCredential,
+    NodeTokenInfo,
+    RotationRequested,
+)
 from control_plane.schemas.nodes import Gpu, Node
 from control_plane.schemas.tenants import ApiKeyCreated, Tenant, TenantPolicyInfo
 
@@ -20,6 +26,7 @@ _nodes = TypeAdapter(list[Node])
 _gpus = TypeAdapter(list[Gpu])
 _events = TypeAdapter(list[Event])
 _tenants = TypeAdapter(list[Tenant])
+_node_tokens = TypeAdapter(list[NodeTokenInfo])
 
 
 @dataclass(frozen=True)
@@ -206,15 +213,62 @@ class ApiCalls:
             )
         )
 
-    def create_node_token(self, *, label: str | None = None) -> Any:
+    # --- node identity (admin) -------------------------------------------------------
+    def create_node_token(
+        self,
+        node_name: str,
+        *,
+        ttl_s: int | None = None,
+        single_use: bool | None = None,
+        label: str | None = None,
+    ) -> Any:
+        """An enrolment token (jge_...) for one node name."""
+        body = _drop_none(node_name=node_name, ttl_s=ttl_s, single_use=single_use, label=label)
+        return self._send(
+            Call("POST", "/v1/node-tokens", EnrolTokenCreated.model_validate, body, secret=True)
+        )
+
+    def list_node_tokens(self) -> Any:
+        return self._send(Call("GET", "/v1/node-tokens", _node_tokens.validate_python))
+
+    def revoke_node_token(self, token_id: str) -> Any:
+        """Revoke an enrolment token, or a node credential (which drains its node)."""
+        return self._send(
+            Call("DELETE", f"/v1/node-tokens/{token_id}", NodeTokenInfo.model_validate)
+        )
+
+    def enrol_node(self, name: str) -> Any:
+        """Enrol a node with the admin token: its credential (jgn_...), shown once."""
         return self._send(
             Call(
                 "POST",
-                "/v1/node-tokens",
-                ApiKeyCreated.model_validate,
-                _drop_none(label=label),
+                "/v1/nodes/enrol",
+                NodeCredential.model_validate,
+                {"name": name},
                 secret=True,
             )
+        )
+
+    def rotate_node_credential(self, node_id: str) -> Any:
+        """A new credential for the node now; the old one stops working."""
+        return self._send(
+            Call(
+                "POST",
+                f"/v1/nodes/{node_id}/credentials",
+                NodeCredential.model_validate,
+                secret=True,
+            )
+        )
+
+    def request_rotation(self, node_id: str) -> Any:
+        """Ask the node's agent to rotate its credential at its next heartbeat."""
+        return self._send(
+            Call("POST", f"/v1/nodes/{node_id}/rotate", RotationRequested.model_validate)
+        )
+
+    def move_gpu(self, gpu_uuid: str, node_id: str) -> Any:
+        return self._send(
+            Call("POST", f"/v1/gpus/{gpu_uuid}/move", Gpu.model_validate, {"node_id": node_id})
         )
 
     def get_policy(self, tenant_id: str) -> Any:

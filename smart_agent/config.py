@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import Field
 
 from smart_agent import userconf
-from smart_agent.agent import ARRIVAL_MAX_AGE_S
+from smart_agent.agent import ARRIVAL_MAX_AGE_S, JOB_LEASE_S
 from smart_agent.sources import SourcesConfig
 from smart_agent.yamlconf import ConfigError, load_model
 
@@ -38,10 +38,18 @@ class AgentConfig(SourcesConfig):
         default=10.0, ge=0, le=3600, description="Strong events within this fold into one cycle."
     )
     lease_s: int | None = Field(
+        default=JOB_LEASE_S,
+        ge=60,
+        le=30 * 86400,
+        description="Lease of every allocation the agent makes (claim or allocate_on_miss): "
+        "a job whose end the agent misses gives its GPUs back when it ends. null: no lease.",
+    )
+    max_job_gpus: int | None = Field(
         default=None,
         ge=1,
-        le=30 * 86400,
-        description="Lease of allocations the agent makes on claim.",
+        le=100_000,
+        description="Most GPUs one job may claim or allocate; default: the policy's "
+        "max_gpus_total. A job asking for more gets nothing from the agent.",
     )
     allocate_on_miss: bool = Field(
         default=False, description="When a job starts with no hold, allocate for it (cold)."

@@ -56,6 +56,12 @@ class Policy(Strict):
     max_gpus_per_hold: int = Field(default=8, ge=1, le=4096)
     max_gpus_total: int = Field(default=16, ge=1, le=100_000)
     daily_idle_gpu_hours: float = Field(default=4.0, ge=0, le=1_000_000)
+    idle_budget: float | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="Idle GPU-hours per busy GPU-hour over reactive; set: priced burst.",
+    )
     quiet_hours: list[str] = Field(
         default_factory=list, max_length=24, description='Spans "HH:MM-HH:MM" (may wrap midnight).'
     )

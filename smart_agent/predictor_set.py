@@ -13,6 +13,7 @@ from predictors import (
     HistogramPredictor,
     SeasonalityPredictor,
 )
+from predictors.budget import price_for_budget
 from predictors.context import Context
 from predictors.llm_outcome import LlmOutcome
 from predictors.types import Forecast
@@ -54,7 +55,19 @@ class Recorded:
         return self.last
 
 
-def _statistical(name: str) -> Any:
+def _statistical(name: str, policy: Policy | None = None) -> Any:
+    if name == "burst" and policy is not None and policy.idle_budget is not None:
+        # An idle budget asks for the priced burst forecast (the replay's `--policy default`):
+        # windows worth their idle at the price that holds that budget, warming for up to
+        # four jobs of a clump, the ending job's GPUs kept.
+        return BurstPredictor(
+            6 * 3600.0,  # the longest window a priced forecast may choose
+            max_jobs=4,
+            size="ending",
+            value_fit=False,
+            price=price_for_budget(policy.idle_budget),
+            lead_s=max(1.0, float(policy.lead_s)),
+        )
     return {
         "burst": BurstPredictor,
         "histogram": HistogramPredictor,
@@ -79,7 +92,7 @@ class PredictorSet:
             if name == "llm":
                 members.append(Recorded(self._llm(policy, on_llm_outcome, llm_kwargs or {})))
             else:
-                members.append(Recorded(_statistical(name)))
+                members.append(Recorded(_statistical(name, policy)))
         # The LLM never runs alone: a failed call (timeout, 429, budget spent) falls back to a
         # statistical predictor, and the LLM is scored against one.
         self.fallback: Recorded | None = None
@@ -87,7 +100,7 @@ class PredictorSet:
         # union it stands aside and is asked only when every member failed.
         self._reserve: list[Recorded] = []
         if all(m.expensive for m in members):
-            self.fallback = Recorded(_statistical(BASELINE))
+            self.fallback = Recorded(_statistical(BASELINE, policy))
             if policy.ensemble != "off":
                 members.append(self.fallback)
             else:

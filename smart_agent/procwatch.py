@@ -148,6 +148,9 @@ class ProcessWatcher:
             if key in self.tracked:
                 continue
             gpus, model = launch_gpus(" ".join(info.cmdline))
+            # The user's pattern names this process as a GPU job: one GPU unless its
+            # command line says how many (a file's bare job line is no such evidence).
+            gpus = 1 if gpus is None else gpus
             tracked = _Tracked(info, f"pid{pid}@{int(info.create_time)}", gpus, model)
             self.tracked[key] = tracked
             if first and not self.report_existing:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from predictors.types import Event
+from smart_agent.redact_rules import PROVIDERS, extra_rules, late_rules
 
 EXCERPT_CHARS = 200
 # Text longer than this is cut before redaction, and the last TAIL_GUARD characters of the
@@ -62,9 +63,10 @@ def _key_value(match: re.Match[str]) -> str:
 
 # Order matters: whole blocks and self-identifying tokens go first, so that a generic rule
 # (an e-mail, an IP address) cannot break a token into pieces that no longer match.
-BUILTIN: tuple[tuple[str, str, Replacement, int], ...] = (
+BUILTIN: tuple[tuple, ...] = (
     ("private_key", _PEM + r".*?(?:" + _PEM_END + r"|$)", _mark("private_key"), re.S),
     ("jwt", _NB + r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*", _mark("jwt"), 0),
+    *extra_rules()[: len(PROVIDERS)],  # type: ignore[list-item]
     ("anthropic", _NB + r"sk-ant-[A-Za-z0-9_-]{16,}", _mark("anthropic"), 0),
     ("openai", _NB + r"sk-[A-Za-z0-9_-]{20,}", _mark("openai"), 0),
     (
@@ -97,6 +99,7 @@ BUILTIN: tuple[tuple[str, str, Replacement, int], ...] = (
         lambda m: f"{m.group('scheme')}{_mark('credentials')}@",
         0,
     ),
+    *extra_rules()[len(PROVIDERS) :],  # type: ignore[list-item]
     (
         "secret",
         r"(?i)(?P<key>\b(?:[A-Za-z0-9]{1,30}[_.-]){0,4}(?:" + _KEY_WORDS + r")\b" + _Q + r")"
@@ -108,7 +111,7 @@ BUILTIN: tuple[tuple[str, str, Replacement, int], ...] = (
     ),
     (
         "secret",
-        r"(?i)(?P<key>--(?:[A-Za-z0-9]{1,20}[_-]){0,3}(?:" + _KEY_WORDS + r")[A-Za-z0-9_-]*)"
+        r"(?i)(?P<key>--(?:[A-Za-z0-9]{1,20}[_-]){0,3}(?:" + _KEY_WORDS + r")(?!iz)[A-Za-z0-9_-]*)"
         r"(?P<sep>[= ])(?!\[REDACTED:)[^\s]+",
         _key_value,
         0,
@@ -139,6 +142,7 @@ BUILTIN: tuple[tuple[str, str, Replacement, int], ...] = (
         lambda m: f"{m.group('base')}[user]",
         0,
     ),
+    *late_rules(),  # type: ignore[list-item]
 )
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -167,12 +171,14 @@ class Redactor:
     """
 
     def __init__(self, patterns: Iterable[str] = (), *, builtin: bool = True) -> None:
-        rules: list[tuple[str, re.Pattern[str], Replacement]] = []
+        rules: list[tuple[str, re.Pattern[str], Replacement, tuple[str, ...]]] = []
         for pattern in patterns:
-            rules.append(("custom", re.compile(pattern), _mark("custom")))
+            rules.append(("custom", re.compile(pattern), _mark("custom"), ()))
         if builtin:
-            for kind, pattern, replacement, flags in BUILTIN:
-                rules.append((kind, re.compile(pattern, flags), replacement))
+            for kind, pattern, replacement, flags, *hints in BUILTIN:
+                rules.append(
+                    (kind, re.compile(pattern, flags), replacement, hints[0] if hints else ())
+                )
         self._rules = rules
         self.hits: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -180,11 +186,15 @@ class Redactor:
     def redact(self, text: str) -> str:
         """`text` with every match of every rule replaced (rules applied in order)."""
         counts: list[tuple[str, int]] = []
-        for kind, regex, replacement in self._rules:
+        low = text.lower()
+        for kind, regex, replacement, hints in self._rules:
+            if hints and not any(hint in low for hint in hints):
+                continue  # a cheap test spares most lines most rules
             new, n = regex.subn(replacement, text)
             if n and new != text:  # a function rule may keep a match (a clock time)
                 counts.append((kind, n))
                 text = new
+                low = text.lower()
         if counts:
             with self._lock:
                 for kind, n in counts:

@@ -3,6 +3,7 @@ does everything else; the policy file is reloaded when it changes."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -31,6 +32,7 @@ CYCLE, RECONCILE, STOP = "cycle", "reconcile", "stop"
 # How long a stop waits for the step in hand; configs/jitgpu-agent.service gives systemd a
 # TimeoutStopSec well above it, so that the holds are cancelled before any SIGKILL.
 STOP_JOIN_S = 30.0
+UNRECOGNIZED_KEY = "inputs.unrecognized"  # prediction-log meta: files no line was read of
 
 
 class PolicyFile:
@@ -102,9 +104,16 @@ class Runner:
             allocate_on_miss=config.allocate_on_miss,
             notify=notify,
             arrival_max_age_s=config.arrival_max_age_s,
+            max_job_gpus=config.max_job_gpus,
         )
         self._queue: queue.Queue[Event | _Tick] = queue.Queue(maxsize=100_000)
-        self.sources = Sources(config, self._offer, clock=clock, **(sources_kwargs or {}))
+        self.sources = Sources(
+            config,
+            self._offer,
+            clock=clock,
+            on_unrecognized=self._unrecognized,
+            **(sources_kwargs or {}),
+        )
         self.debouncer = self.sources.debouncer(window_s=config.debounce_s, clock=time.monotonic)
         self._scheduler = BackgroundScheduler(daemon=True)
         self._worker = threading.Thread(target=self._work, name="agent", daemon=True)
@@ -221,6 +230,10 @@ class Runner:
             policy.llm,
         ):
             self.agent.predictors = self._predictors(policy)
+
+    def _unrecognized(self, label: str) -> None:
+        """Kept in the prediction log, so `jitgpu agent status` can say it."""
+        self.log.set_meta(UNRECOGNIZED_KEY, json.dumps(self.sources.unrecognized))
 
     def status(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,9 @@ from smart_agent.parsers.cues import CueMatcher, CueRule
 from smart_agent.parsers.shell import ShellHistoryParser
 from smart_agent.procwatch import ProcessSource, ProcessWatcher
 from smart_agent.redact import PrivateKeyGuard, Redactor
+from smart_agent.slurm_source import SlurmConfig, SlurmSource
 from smart_agent.watch.paths import DEFAULT_EXCLUDE, WatchSpec
+from smart_agent.watch.snapshot import is_job_table
 from smart_agent.watch.tailer import CAUGHT_UP, REWOUND
 from smart_agent.watch.watcher import Watcher
 
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 ParserName = Literal["auto", "plain", "jsonl", "sacct", "squeue", "shell_history", "jobs_csv"]
 PollingMode = Literal["auto", "always", "never"]
 PRIME_BYTES = 16 * 1024  # end of a shell history read at start, so rewrites do not replay it
+UNRECOGNIZED_AFTER = 20  # lines read, none understood: the file is said to be unrecognised
 
 
 def login_name() -> str:
@@ -64,6 +67,18 @@ class WatchEntry(_Strict):
     recursive: bool = True
     polling: PollingMode | None = Field(default=None, description="Overrides the top level.")
     t0: float = Field(default=0.0, description="jobs_csv: epoch seconds of time 0.")
+    sacct_fields: list[str] | None = Field(
+        default=None,
+        max_length=100,
+        description="sacct without a header (-n): the --format columns, in order.",
+    )
+
+    @field_validator("sacct_fields")
+    @classmethod
+    def _fields(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not all(re.fullmatch(r"[A-Za-z][A-Za-z0-9_%]*", f) for f in value):
+            raise ValueError("sacct field names are words like JobID, State, Submit, AllocTRES")
+        return value
 
 
 class CueEntry(_Strict):
@@ -123,6 +138,7 @@ class SourcesConfig(_Strict):
     max_line_bytes: int = Field(default=64 * 1024, ge=256, le=16 * 1024 * 1024)
     timezone: str = Field(default="local", description="Zone of log times written without one.")
     redact: RedactConfig = Field(default_factory=RedactConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     @field_validator("timezone")
     @classmethod
@@ -175,6 +191,7 @@ class Sources:
         clock: Callable[[], float] = time.time,
         process_source: ProcessSource | None = None,
         home: Path | None = None,
+        on_unrecognized: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
         self.on_event = on_event
@@ -189,6 +206,8 @@ class Sources:
         self._since: float | None = None
         self.events = 0
         self.callback_errors = 0
+        self.unrecognized: list[str] = []
+        self.on_unrecognized = on_unrecognized
         specs = [
             WatchSpec(
                 path=self._expand(entry.path),
@@ -209,7 +228,21 @@ class Sources:
             poll_s=config.poll_s,
             max_files=config.max_files,
             max_line_bytes=config.max_line_bytes,
+            from_start=self._is_table,
         )
+        self._tables: set[Path] = set()
+        self.slurm: SlurmSource | None = None
+        if config.slurm.wanted():
+            self.slurm = SlurmSource(
+                self._deliver,
+                user=config.user,
+                redactor=self.redactor,
+                tz=self.tz,
+                interval_s=config.slurm.interval_s,
+                lookback=config.slurm.lookback,
+                clock=clock,
+                give_up_after=3 if config.slurm.poll == "auto" else None,
+            )
         self.processes: ProcessWatcher | None = None
         if config.processes.patterns:
             self.processes = ProcessWatcher(
@@ -237,8 +270,12 @@ class Sources:
         self.watcher.start()
         if self.processes is not None:
             self.processes.start()
+        if self.slurm is not None:
+            self.slurm.start()
 
     def stop(self) -> None:
+        if self.slurm is not None:
+            self.slurm.stop()
         if self.processes is not None:
             self.processes.stop()
         self.watcher.stop()
@@ -248,6 +285,14 @@ class Sources:
         return Debouncer(strong_cues=self.strong_cues, **kwargs)
 
     # -- lines to events -----------------------------------------------------------------
+
+    def _is_table(self, spec: WatchSpec, path: Path) -> bool:
+        """A Slurm job table is read whole from its start, as a baseline (snapshot.py)."""
+        entry: WatchEntry = spec.key
+        if is_job_table(path, entry.parser, sacct_fields=bool(entry.sacct_fields)):
+            self._tables.add(path)
+            return True
+        return False
 
     def stream(self, spec: WatchSpec, path: Path) -> _Stream:
         stream = self._streams.get(path)
@@ -264,6 +309,9 @@ class Sources:
                 launch_patterns=self.config.processes.patterns,
                 since=since,
                 t0=entry.t0,
+                sacct_fields=entry.sacct_fields,
+                baseline=path in self._tables or spec.backfill,
+                script_base=self._home,
             )
             stream = self._streams[path] = _Stream(parser, source_label(path, self._home))
         return stream
@@ -282,6 +330,24 @@ class Sources:
         elif what == CAUGHT_UP:
             for event in stream.parser.caught_up(source=stream.label, now=self.clock()):
                 self._deliver(event)
+            self._check_recognized(stream)
+
+    def _check_recognized(self, stream: _Stream) -> None:
+        """A file none of whose lines (at least UNRECOGNIZED_AFTER) meant anything is
+        said once: its log line, `unrecognized` in stats and the `on_unrecognized` hook."""
+        stats = stream.parser.stats
+        if stream.label in self.unrecognized or stats.events:
+            return
+        if stats.lines >= UNRECOGNIZED_AFTER and stats.unknown == stats.lines:
+            self.unrecognized.append(stream.label)
+            log.warning(
+                "%s: no line of it is understood (parser %s); `jitgpu agent inspect` shows "
+                "what is read from it",
+                stream.label,
+                stream.parser.name,
+            )
+            if self.on_unrecognized is not None:
+                self.on_unrecognized(stream.label)
 
     def _deliver(self, event: Event) -> None:
         with self._lock:
@@ -358,4 +424,13 @@ class Sources:
                 "errors": procs.errors,
             },
             "sources": per_source,
+            "unrecognized": list(self.unrecognized),
+            "slurm": None
+            if self.slurm is None
+            else {
+                "mode": self.slurm.mode,
+                "polls": self.slurm.polls,
+                "events": self.slurm.events,
+                "errors": self.slurm.errors,
+            },
         }

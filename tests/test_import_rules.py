@@ -141,6 +141,12 @@ def test_the_scheduling_core_does_no_io_and_reads_no_clock() -> None:
         ),
         # The node agent talks HTTP: of the control plane it knows only the wire contract.
         ("control_plane/node_agent", ("control_plane.node_agent", "control_plane.schemas"), ()),
+        # So does the Slurm bridge (a node agent for a whole cluster), reusing its client.
+        (
+            "control_plane/slurm_bridge",
+            ("control_plane.slurm_bridge", "control_plane.schemas", "control_plane.node_agent"),
+            (),
+        ),
         # So does the smart agent; the `jitgpu` entry point alone starts the other pieces
         # (server, node agent, replay), each inside its own command.
         (

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 
 from control_plane.api import docs, errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
-from control_plane.api.routers import allocations, health, holds, nodes, tenants
+from control_plane.api.ratelimit import AnonymousRateLimit, RateLimiter, RateLimits
+from control_plane.api.routers import allocations, health, holds, node_identity, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
 from control_plane.db.engine import Database
@@ -24,6 +27,7 @@ def create_app(
     db: Database | None = None,
     clock: Callable[[], float] = time.time,
     key_cache_ttl_s: float = 5.0,
+    rate_clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     settings = settings or ServerSettings()
     database = db or Database(settings.database_url)
@@ -32,20 +36,36 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.migrate:
             migrate.upgrade(database)
+        watch = ticker = None
+        if settings.run_jobs:
+            from control_plane.jobs.stalls import StallWatch, beat_loop
+
+            # Measures the server's own stalls, so that liveness never blames nodes for them.
+            watch = StallWatch(threshold_s=settings.stall_threshold_s)
+            ticker = asyncio.create_task(beat_loop(watch))
+        app.state.stall_watch = watch
         flusher = None
         if app.state.heartbeats is not None:
-            flusher = Flusher(app.state.heartbeats, database, settings.heartbeat_flush_s)
+            on_flush = None
+            if watch is not None:
+                watch.expect("heartbeat flush", settings.heartbeat_flush_s)
+                on_flush = partial(watch.beat, "heartbeat flush")
+            flusher = Flusher(
+                app.state.heartbeats, database, settings.heartbeat_flush_s, on_flush=on_flush
+            )
             flusher.start()
         runner = None
         if settings.run_jobs:
             from control_plane.jobs.runner import JobRunner
 
-            runner = JobRunner(database, settings=settings, clock=clock)
+            runner = JobRunner(database, settings=settings, clock=clock, watch=watch)
             runner.start()
         app.state.jobs = runner
         try:
             yield
         finally:
+            if ticker is not None:
+                ticker.cancel()
             if flusher is not None:
                 flusher.stop()
             if runner is not None:
@@ -68,12 +88,19 @@ def create_app(
     app.state.jobs = None
     app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None
     app.state.metrics, request_histogram = observability.make_registry(database)
+    app.state.rate_limiter = (
+        RateLimiter(RateLimits.from_settings(settings), clock=rate_clock)
+        if settings.rate_limits
+        else None
+    )
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    if app.state.rate_limiter is not None:
+        app.add_middleware(AnonymousRateLimit, limiter=app.state.rate_limiter)
     # Added last, so it runs first: every request, refused ones too, gets an id and a line.
     app.add_middleware(observability.RequestObserver, histogram=request_histogram)
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
-    for module in (allocations, holds, nodes, tenants, health, observability):
+    for module in (allocations, holds, nodes, node_identity, tenants, health, observability):
         app.include_router(module.router)
     docs.install(app)
     return app

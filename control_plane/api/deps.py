@@ -14,7 +14,7 @@ from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope
 from control_plane.services import auth
 from control_plane.services.auth import Principal
-from control_plane.services.errors import ServiceError
+from control_plane.services.errors import Forbidden, ServiceError, Unauthenticated
 
 # An id in a path is checked before any query: one that cannot exist is a 422 naming the
 # parameter, and no odd byte (a NUL, say) ever reaches the database.
@@ -36,13 +36,25 @@ async def principal(
     request: Request,
     authorization: str | None = Header(default=None, include_in_schema=False),
 ) -> Principal:
-    token = auth.parse_bearer(authorization)
-    cache = request.app.state.key_cache
-    cached = cache.get(token)
-    if cached is not None:
-        return cached
-    found = await run_in_threadpool(_lookup, request.app.state, token)
-    cache.put(token, found)
+    limiter = request.app.state.rate_limiter
+    try:
+        token = auth.parse_bearer(authorization)
+        cache = request.app.state.key_cache
+        found = cache.get(token)
+        if found is None:
+            found = await run_in_threadpool(_lookup, request.app.state, token)
+            cache.put(token, found)
+    except Unauthenticated:
+        # Guessing keys costs a lookup each: bad credentials count against the address (no
+        # header at all was counted already, by the anonymous limit in front of the app).
+        if limiter is not None and authorization is not None:
+            client = request.client
+            wait = limiter.charge_anonymous(client.host if client else "unknown")
+            if wait is not None:
+                raise limiter.anonymous_refusal(wait) from None
+        raise
+    if limiter is not None:
+        limiter.charge(found)
     return found
 
 
@@ -67,7 +79,23 @@ async def tenant_or_admin(who: Principal = Depends(principal)) -> Principal:
 
 
 async def node_or_admin(who: Principal = Depends(principal)) -> Principal:
+    """A node credential (bound to its node) or the admin; node routes add `this_node`."""
     auth.require(who, Scope.NODE, Scope.ADMIN)
+    if who.scope == Scope.NODE and who.node_id is None:
+        raise Forbidden(
+            "this node token predates node identity: it can only enrol a node "
+            "(POST /v1/nodes/enrol), which returns the node's own credential",
+            code="enrolment_required",
+        )
+    return who
+
+
+async def this_node(node_id: IdPath, who: Principal = Depends(node_or_admin)) -> Principal:
+    """The path's node, and only it: a node credential never acts as another node."""
+    if who.scope == Scope.NODE and who.node_id != node_id:
+        raise Forbidden(
+            f"this credential belongs to node {who.node_id}, not {node_id}", code="wrong_node"
+        )
     return who
 
 

@@ -78,7 +78,8 @@ def _allowed_methods(request: Request) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status_code, exc.code, exc.message, exc.field)
+        headers = getattr(exc, "headers", None)  # e.g. Retry-After of a rate limit
+        return error_response(exc.status_code, exc.code, exc.message, exc.field, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import ColumnElement, Engine, Float, create_engine, event, literal_column, text
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
@@ -33,10 +33,27 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def _private_sqlite_files(database: str) -> None:
+    """Create the SQLite file 0600 (SQLite gives its -wal and -shm files the database file's
+    mode) and take group and other access away from files an older version left readable."""
+    path = Path(database).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        part = path.with_name(path.name + suffix)
+        try:
+            if part.stat().st_mode & 0o077:
+                os.chmod(part, 0o600)
+        except FileNotFoundError:
+            continue
+        except PermissionError:  # not ours: leave it to its owner
+            continue
+
+
 def _sqlite_engine(url: str, synchronous: str) -> Engine:
     parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
+        _private_sqlite_files(parsed.database)
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30},
@@ -94,6 +111,13 @@ class Database:
             raise DatabaseConfigError(
                 f"database URL {raw!r}: allowed schemes are sqlite:/// and postgresql+psycopg://"
             )
+
+    def now_expr(self) -> ColumnElement[float]:
+        """The database's own clock in Unix seconds, for comparisons several replicas must
+        agree on (each replica's clock may be off; the database has one)."""
+        if self.is_sqlite:
+            return literal_column("((julianday('now') - 2440587.5) * 86400.0)", Float)
+        return literal_column("extract(epoch from clock_timestamp())::float8", Float)
 
     @contextmanager
     def read(self) -> Iterator[Session]:

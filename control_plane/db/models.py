@@ -27,6 +27,8 @@ class TenantRow(SQLModel, table=True):
     max_hold_ttl_s: int = 3600
     allowed_warmups: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     holds_may_preempt_holds: bool = False
+    # Idle over busy (beyond reactive) the tenant's agents steer to; None: not set.
+    idle_budget: float | None = None
     # Decayed GPU-seconds used, as of usage_at: the input of weighted fair share.
     usage_gpu_s: float = 0.0
     usage_at: float = 0.0
@@ -42,6 +44,26 @@ class ApiKeyRow(SQLModel, table=True):
     tenant_id: str | None = Field(default=None, foreign_key="tenant.id", index=True)
     label: str | None = None
     created_at: float
+    revoked_at: float | None = None
+    # A node credential acts only as this node; None on tenant and admin keys (and on node
+    # tokens from before node identity, which may only enrol).
+    node_id: str | None = Field(default=None, index=True)
+
+
+class EnrolTokenRow(SQLModel, table=True):
+    """An admin-issued token that lets one named node enrol once (or until it expires)."""
+
+    __tablename__ = "enrol_token"
+
+    id: str = Field(primary_key=True)
+    token_hash: str = Field(unique=True)
+    prefix: str
+    node_name: str
+    label: str | None = None
+    single_use: bool = True
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
     revoked_at: float | None = None
 
 
@@ -59,6 +81,8 @@ class NodeRow(SQLModel, table=True):
     # When an administrator drained the node (None: not drained). It stays draining, whatever
     # its heartbeats say, until undrained.
     drain_requested_at: float | None = None
+    # An administrator asked the node to rotate its credential: its next heartbeat says so.
+    rotate_requested_at: float | None = None
     # Latest heartbeat's telemetry (host and per GPU), one JSON document so that a heartbeat
     # is a single-row update.
     telemetry_json: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -20,6 +20,9 @@ class Job:
     # Wait one heartbeat timeout after this replica becomes the leader: if the whole control
     # plane was down, no heartbeat could arrive, and silence would be the server's own.
     after_election_grace: bool = False
+    # Skipped while the server itself could not take heartbeats, and for one heartbeat
+    # timeout after (see jobs/stalls.py).
+    stall_aware: bool = False
 
 
 def liveness(db: Database, settings: ServerSettings, now: float) -> int:
@@ -48,7 +51,7 @@ def retention(db: Database, settings: ServerSettings, now: float) -> int:
 
 
 JOBS: tuple[Job, ...] = (
-    Job("liveness", liveness, after_election_grace=True),
+    Job("liveness", liveness, after_election_grace=True, stall_aware=True),
     Job("hold_lifecycle", hold_lifecycle),
     Job("retention", retention, every=300.0),
 )

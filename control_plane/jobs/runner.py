@@ -16,6 +16,7 @@ from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.jobs import leader
 from control_plane.jobs.registry import JOBS, Job
+from control_plane.jobs.stalls import StallWatch
 
 log = logging.getLogger("jitgpu.jobs")
 
@@ -28,9 +29,15 @@ class JobRunner:
     """
 
     def __init__(
-        self, db: Database, *, settings: ServerSettings, clock: Callable[[], float]
+        self,
+        db: Database,
+        *,
+        settings: ServerSettings,
+        clock: Callable[[], float],
+        watch: StallWatch | None = None,
     ) -> None:
         self.db = db
+        self.watch = watch
         self.settings = settings
         self.clock = clock
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -47,6 +54,8 @@ class JobRunner:
         return self.clock() < self._leader_until
 
     def start(self) -> None:
+        if self.watch is not None:
+            self.watch.expect("job thread", self.interval / 2)
         self._scheduler.add_job(
             self.renew,
             "interval",
@@ -77,9 +86,12 @@ class JobRunner:
                 log.warning("could not release the jobs lease", exc_info=True)
 
     def renew(self) -> None:
+        if self.watch is not None:
+            self.watch.beat("job thread")
         now = self.clock()
         try:
-            won = leader.acquire(self.db, holder=self.holder, now=now, ttl_s=self.lease_ttl)
+            # By the database's clock: this replica's own may be off.
+            won = leader.acquire(self.db, holder=self.holder, ttl_s=self.lease_ttl)
         except Exception:
             log.warning("jobs lease: database unavailable", exc_info=True)
             won = False
@@ -101,6 +113,8 @@ class JobRunner:
         the previous run's, which is no second server and needs nothing but waiting."""
         try:
             held = leader.holder_of(self.db)
+            # The lease ends by the database's clock; say how long that is from its now.
+            now = leader.database_now(self.db)
         except Exception:
             held = None
         if held is None:
@@ -140,6 +154,11 @@ class JobRunner:
             since is None or now - since < self.settings.heartbeat_timeout_s
         ):
             return
+        if job.stall_aware and self.watch is not None:
+            left = self.watch.grace_left(self.settings.heartbeat_timeout_s)
+            if left > 0:
+                log.info("job %s waits %.1fs more: the server itself stalled", job.name, left)
+                return
         try:
             changed = job.run(self.db, self.settings, now)
         except Exception:

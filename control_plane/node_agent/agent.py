@@ -22,6 +22,7 @@ from control_plane.node_agent.client import (
 )
 from control_plane.node_agent.config import AgentConfig
 from control_plane.node_agent.gpus import Discovery, GpuBackend, GpuSample
+from control_plane.node_agent.identity import CREDENTIAL_PREFIX, CredentialStore
 from control_plane.node_agent.local import HOLD_WARMUP, Report
 from control_plane.node_agent.procs import ChildRegistry
 from control_plane.node_agent.reconcile import Work
@@ -62,6 +63,7 @@ class Agent:
         env: dict[str, str] | None = None,
         registry: ChildRegistry | None = None,
         discovery: Discovery | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend
@@ -85,6 +87,10 @@ class Agent:
         cfg.cache_path.mkdir(parents=True, exist_ok=True)
         self.host = HostProbe(cfg.cache_path)
         self.discovery = discovery or backend.discover()
+        self.credentials = credentials or CredentialStore.for_node(cfg.state_path, name)
+        self.enrolled = False
+        # Tokens this process has traded already: each is tried once (most are single-use).
+        self._spent: set[str] = set()
         self.node_id: str | None = None
         self.registered = False
         self.status: str | None = None
@@ -99,8 +105,79 @@ class Agent:
         self.wake.wait(seconds)
         self.wake.clear()
 
+    # --- identity --------------------------------------------------------------------------
+    def enrol(self) -> None:
+        """Use the stored credential, or enrol once and store it; else use --token as given."""
+        stored = self.credentials.load()
+        if stored is not None and stored.name == self.name:
+            self.client.set_token(stored.credential)
+            self.enrolled = True
+            return
+        token = self.cfg.enrol_token
+        if token is None and self.cfg.token and not self.cfg.token.startswith(CREDENTIAL_PREFIX):
+            token = self.cfg.token  # the admin token, or a node token from before enrolment
+        if token is None:
+            if self.cfg.token:
+                self.client.set_token(self.cfg.token)  # a node credential given as is
+            self.enrolled = True
+            return
+        self._enrol_with(token)
+
+    def _enrol_with(self, token: str) -> None:
+        self._spent.add(token)
+        credential = self.client.enrol(self.name, token)
+        self.credentials.save(credential, server=self.client.server)
+        self.client.set_token(credential.credential)
+        self.enrolled = True
+        log.info(
+            "enrolled as node %s (%s); credential %s... kept in %s",
+            credential.name,
+            credential.node_id,
+            credential.prefix,
+            self.credentials.path,
+        )
+
+    def rotate(self) -> None:
+        """The control plane asked for a new credential: get it, keep it, use it."""
+        assert self.node_id is not None
+        credential = self.client.rotate(self.node_id)
+        try:
+            self.credentials.save(credential, server=self.client.server)
+        except OSError as exc:
+            # The old credential is already void: go on with the new one in memory.
+            log.error(
+                "could not store the rotated credential in %s: %s", self.credentials.path, exc
+            )
+        self.client.set_token(credential.credential)
+        log.info("rotated this node's credential (now %s...)", credential.prefix)
+
     # --- one round -------------------------------------------------------------------------
     def register(self) -> None:
+        if not self.enrolled:
+            self.enrol()
+        try:
+            self._register()
+        except Refused as exc:
+            retry = self._enrol_again_with(exc)
+            if retry is None:
+                raise
+            self._enrol_with(retry)
+            self._register()
+
+    def _enrol_again_with(self, exc: Refused) -> str | None:
+        """The token to enrol with after `exc`, or None when enrolling again cannot help."""
+        # A node token from before node identity may still enrol this node once.
+        if exc.code == "enrolment_required" and self.cfg.token not in (None, *self._spent):
+            return self.cfg.token
+        # The credential in use is void (revoked, or a new database): an enrolment token
+        # not yet traded by this process enrols the node again.
+        token = self.cfg.enrol_token
+        if exc.status == 401 and token is not None and token not in self._spent:
+            self.credentials.forget()
+            return token
+        return None
+
+    def _register(self) -> None:
         gpus = [
             GpuSpec(uuid=g.uuid, model=g.model, memory_mb=g.memory_mb or 0, index=g.index)
             for g in self.discovery.gpus
@@ -163,6 +240,14 @@ class Agent:
             )
             self.register()
             reply = self.client.heartbeat(self.node_id, body)
+        except Refused as exc:
+            token = self._enrol_again_with(exc)
+            if token is None:
+                raise
+            log.warning("the control plane refused this node's credential (%s); enrolling", exc)
+            self._enrol_with(token)
+            self._register()
+            reply = self.client.heartbeat(self.node_id, body)
         if reply.status.value != self.status:
             if reply.status == NodeStatus.DRAINING and not body.draining:
                 log.info(
@@ -173,6 +258,8 @@ class Agent:
                 log.info("control plane reports this node %s", reply.status.value)
             self.status = reply.status.value
         self.work.apply(reply.assignments)
+        if reply.rotate_credential:
+            self.rotate()
 
     def flush(self) -> None:
         """Send every due report; raises Unreachable (the rest wait for the next round)."""
@@ -256,8 +343,8 @@ class Agent:
                     self._wait(max(0.0, next_round - self.clock()))
         except Refused as exc:
             log.error(
-                "the control plane refused this node's token (%s): check --token or "
-                "JITGPU_NODE_TOKEN",
+                "the control plane refused this node's credential (%s): give it a new "
+                "enrolment token (JITGPU_ENROL_TOKEN, from jitgpu admin node-token create)",
                 exc,
             )
             self.shutdown(report=False)

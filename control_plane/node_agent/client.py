@@ -10,6 +10,7 @@ import httpx
 from pydantic import BaseModel
 
 from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.node_identity import NodeCredential, NodeEnrol
 from control_plane.schemas.nodes import (
     Heartbeat,
     HeartbeatReply,
@@ -23,9 +24,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 class Unreachable(ApiError):
@@ -62,6 +64,18 @@ class ControlPlane:
     def close(self) -> None:
         self.http.close()
 
+    def set_token(self, token: str) -> None:
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def enrol(self, name: str, token: str) -> NodeCredential:
+        """Trade an enrolment token (or the admin token) for this node's own credential."""
+        headers = {"Authorization": f"Bearer {token}"}
+        return self._post("/v1/nodes/enrol", NodeEnrol(name=name), NodeCredential, headers)
+
+    def rotate(self, node_id: str) -> NodeCredential:
+        """A new credential for this node; the one in use stops working once this returns."""
+        return self._post(f"/v1/nodes/{node_id}/credentials", None, NodeCredential)
+
     def register(self, body: NodeRegister) -> Node:
         return self._post("/v1/nodes", body, Node)
 
@@ -81,23 +95,36 @@ class ControlPlane:
     def report_task(self, node_id: str, allocation_id: str, body: TaskReport) -> Allocation:
         return self._post(f"/v1/nodes/{node_id}/allocations/{allocation_id}/task", body, Allocation)
 
-    def _post(self, path: str, body: BaseModel, parse: type[M]) -> M:
+    def _post(
+        self,
+        path: str,
+        body: BaseModel | None,
+        parse: type[M],
+        headers: dict[str, str] | None = None,
+    ) -> M:
+        payload = None if body is None else body.model_dump(mode="json", exclude_none=True)
         try:
-            r = self.http.post(
-                path, json=body.model_dump(mode="json", exclude_none=True), headers=self._headers
-            )
+            r = self.http.post(path, json=payload, headers=headers or self._headers)
         except httpx.TransportError as exc:
             detail = f"{exc.__class__.__name__}: {exc}" if str(exc) else repr(exc)
             raise Unreachable(detail) from exc
+        code = _code(r) if r.status_code >= 400 else None
         if r.status_code >= 500 or r.status_code == 429:
-            raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+            raise Unreachable(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
         if r.status_code in (401, 403):
-            raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+            raise Refused(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
         if r.status_code == 404:
-            raise NotFound(_message(r), 404)
+            raise NotFound(_message(r), 404, code)
         if r.status_code >= 400:
-            raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code)
+            raise Rejected(f"HTTP {r.status_code}: {_message(r)}", r.status_code, code)
         return parse.model_validate(r.json())
+
+
+def _code(r: httpx.Response) -> str | None:
+    try:
+        return str(r.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _message(r: httpx.Response) -> str:

@@ -21,7 +21,15 @@ from pydantic import (
 
 from control_plane.schemas.common import MAX_NAME_LEN, NAME_PATTERN, GpuModel
 
-ENV_KEYS = {"JITGPU_SERVER": "server", "JITGPU_NODE_TOKEN": "token"}
+ENV_KEYS = {
+    "JITGPU_SERVER": "server",
+    "JITGPU_NODE_TOKEN": "token",
+    "JITGPU_ENROL_TOKEN": "enrol_token",
+}
+# Names a task or warm-up inherits from the agent's environment without being listed:
+# nothing secret, and nothing of the agent's own (its credentials above all).
+BASE_TASK_ENV = ("PATH", "HOME", "LANG", "CUDA_VISIBLE_DEVICES")
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class ConfigError(ValueError):
@@ -112,6 +120,11 @@ class BackoffConfig(_Strict):
 
 class TasksConfig(_Strict):
     enabled: bool = True
+    # Variables of the agent's environment that tasks and warm-ups also get (beyond
+    # BASE_TASK_ENV); the agent's own JITGPU_* credentials are never passed, listed or not.
+    pass_env: list[Annotated[str, Field(pattern=ENV_NAME_PATTERN, max_length=128)]] = Field(
+        default_factory=list, max_length=256
+    )
     stop_grace_s: float = Field(default=10.0, ge=0, le=3600)
     output_report_interval_s: float = Field(default=5.0, ge=0, le=3600)
 
@@ -119,6 +132,8 @@ class TasksConfig(_Strict):
 class AgentConfig(_Strict):
     server: str | None = Field(default=None, pattern=r"^https?://\S+$")
     token: str | None = Field(default=None, min_length=1)
+    # Traded once for this node's own credential, which is kept in state_dir.
+    enrol_token: str | None = Field(default=None, min_length=1)
     name: str | None = Field(default=None, max_length=MAX_NAME_LEN, pattern=NAME_PATTERN)
     spine: str = Field(default="spine0", min_length=1, max_length=MAX_NAME_LEN)
     leaf: str = Field(default="leaf0", min_length=1, max_length=MAX_NAME_LEN)
@@ -130,6 +145,9 @@ class AgentConfig(_Strict):
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     backoff: BackoffConfig = Field(default_factory=BackoffConfig)
     cache_dir: Path = Path("~/.cache/jitgpu/node")
+    # Where the node keeps its credential (credential-NAME.json, mode 0600). Not inside
+    # cache_dir, which jobs are shown (JITGPU_CACHE_DIR); default: cache_dir + "-state".
+    state_dir: Path | None = None
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     warmup_profiles: dict[str, list[Action]] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -146,6 +164,13 @@ class AgentConfig(_Strict):
     @property
     def cache_path(self) -> Path:
         return self.cache_dir.expanduser()
+
+    @property
+    def state_path(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir.expanduser()
+        cache = self.cache_path
+        return cache.with_name(cache.name + "-state")
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

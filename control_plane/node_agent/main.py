@@ -12,6 +12,7 @@ from control_plane.node_agent.agent import Agent
 from control_plane.node_agent.client import ControlPlane
 from control_plane.node_agent.config import ConfigError, load_config
 from control_plane.node_agent.discover import default_node_name, open_backend
+from control_plane.node_agent.identity import CredentialStore
 from control_plane.node_agent.nvml import NvmlUnavailable
 from control_plane.node_agent.procs import ChildRegistry
 
@@ -24,6 +25,7 @@ def run_node(
     *,
     server: str | None = None,
     token: str | None = None,
+    enrol_token: str | None = None,
     name: str | None = None,
     simulated_gpus: int | None = None,
     gpu_model: str | None = None,
@@ -36,6 +38,7 @@ def run_node(
     overrides: dict[str, Any] = {
         "server": server,
         "token": token,
+        "enrol_token": enrol_token,
         "name": name,
         "spine": spine,
         "leaf": leaf,
@@ -48,18 +51,25 @@ def run_node(
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    node = cfg.name or default_node_name()
+    store = CredentialStore.for_node(cfg.state_path, node)
+    identity = cfg.token or cfg.enrol_token or store.path.exists()
     missing = [
         hint
         for value, hint in (
             (cfg.server, "the control-plane URL (--server, JITGPU_SERVER or server:)"),
-            (cfg.token, "a node token (--token, JITGPU_NODE_TOKEN or token:)"),
+            (
+                identity,
+                f"an enrolment token (JITGPU_ENROL_TOKEN or enrol_token:) or a stored "
+                f"credential ({store.path})",
+            ),
         )
         if not value
     ]
     if missing:
         print(f"error: the node agent needs {' and '.join(missing)}", file=sys.stderr)
         return EXIT_CONFIG
-    assert cfg.server is not None and cfg.token is not None
+    assert cfg.server is not None
     logging.basicConfig(
         level=cfg.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -67,7 +77,6 @@ def run_node(
     )
     # One line per request would drown the agent's own events.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    node = cfg.name or default_node_name()
     try:
         backend = open_backend(cfg, node)
     except NvmlUnavailable as exc:
@@ -78,13 +87,15 @@ def run_node(
     except OSError as exc:
         print(f"error: cache_dir {cfg.cache_path}: {exc.strerror}", file=sys.stderr)
         return EXIT_CONFIG
-    client = ControlPlane(cfg.server, cfg.token, timeout=cfg.request_timeout_s)
+    # No token yet: the agent enrols (or loads its stored credential) before its first call.
+    client = ControlPlane(cfg.server, cfg.token or "", timeout=cfg.request_timeout_s)
     agent = Agent(
         cfg,
         backend,
         client,
         name=node,
         registry=ChildRegistry(cfg.cache_path / f"children-{node}.json"),
+        credentials=store,
     )
     log.info(
         "node agent %s starting: %d %s GPU(s) (%s backend), control plane %s, heartbeat every %gs",

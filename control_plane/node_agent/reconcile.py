@@ -9,6 +9,7 @@ from pathlib import Path
 from control_plane.node_agent.config import AgentConfig
 from control_plane.node_agent.local import HOLD_WARMUP, LocalAllocation, LocalHold, Report
 from control_plane.node_agent.procs import ChildRegistry
+from control_plane.node_agent.task_env import clean_env
 from control_plane.node_agent.tasks import FINAL, RUNNING, Task
 from control_plane.node_agent.warmup import Warmup
 from control_plane.schemas.enums import TaskStatus
@@ -35,7 +36,8 @@ class Work:
     ) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.env = env
+        # Filtered here, the one place every task and warm-up gets its environment from.
+        self.env = clean_env(env, cfg.tasks.pass_env)
         self.on_change = on_change
         self.registry = registry or ChildRegistry(None)
         self.cache_dir: Path = cfg.cache_path

@@ -27,6 +27,7 @@ from control_plane.scheduling.preemption import (
     check_hold_budget,
     choose_preemptions,
 )
+from predictors.budget import Totals
 
 # Event kinds, in the order they run at one instant: GPUs come back first, holds are placed
 # before jobs arrive (so a hold due now can be claimed now), expiry comes after arrivals (a
@@ -131,6 +132,16 @@ class Simulator:
         for intent in self.book.user_intents(user):
             intent.expire_at = max(intent.expire_at, until)
 
+    def totals(self) -> Totals:
+        # Accrued so far, not charged: a job's whole run counts when it starts and a hold's
+        # idle when it ends, both too late for a controller. GPUs not free so far are busy
+        # or idle; idle so far is what ended holds were charged plus open holds' time.
+        rec, now = self.rec, self._now
+        idle = rec.warming_gpu_s + rec.ready_idle_gpu_s
+        idle += sum(len(h.gpus) * (now - h.aside_at) for h in self.book.holds.values())
+        busy = max(0.0, rec.taken_gpu_s - idle)
+        return Totals(now, busy, idle, rec.reactive_idle_gpu_s)
+
     def release(self, user: str) -> None:
         for hold in self.book.user_holds(user):
             self.book.end(hold, self._now, preempted=False)
@@ -175,7 +186,11 @@ class Simulator:
         # The replay ends when the last job ends; holds still open are charged up to then.
         for hid in sorted(book.holds):
             book.end(book.holds[hid], self._now, preempted=False)
-        return rec.result(self.policy.name, self.config.capacity, self._cold)
+        result = rec.result(self.policy.name, self.config.capacity, self._cold)
+        extra = getattr(self.policy, "report", None)
+        if extra is not None:
+            result.update(extra())
+        return result
 
     def _push(self, when: float, kind: int, item: object) -> None:
         self._seq += 1
@@ -252,8 +267,16 @@ class Simulator:
                 placed = self._preempt_for(need, job.user)
                 if placed is None:
                     return False
-            self.state.take(placed)
             fresh = placed
+        if have and not self._fits(claims, fresh, job.gpus):
+            # Held GPUs scattered over more nodes than the job needs are not handed to it,
+            # as a real allocation would not be: it takes fresh GPUs that fit, when some do.
+            whole = place(self.state, PlacementRequest(job.gpus))
+            if whole is not None and self._fits([], whole, job.gpus):
+                self.rec.claims_misfit += 1
+                claims, fresh = [], whole
+        if fresh:
+            self.state.take(fresh)
         start = now + self._cold if fresh else now
         for hold, _ in claims:
             start = max(start, hold.warm_at)
@@ -263,15 +286,15 @@ class Simulator:
             gpus.extend(fresh)
             rec.charge_idle(now, now + self._cold, start, len(fresh))
         ttg = start - job.submit
-        rec.time_to_gpu.append(ttg)
         rec.queue_wait.append(now - job.submit)
         # A warm hit starts at once on its user's ready holds alone: with no cold start a fresh
         # GPU also gives time-to-GPU 0, but nothing was warm for the job.
         hit = not fresh and ttg <= 0
         miss = None if hit else classify_miss(info[0], info[1], job.gpus)
-        rec.job_started(ttg, miss, is_day_start(job.submit, info[0]))
+        rec.job_started(ttg, miss, is_day_start(job.submit, info[0]), job.gpus)
         used = job.gpus * job.duration
         rec.busy_gpu_s += used
+        rec.reactive_idle_gpu_s += job.gpus * self._cold
         # Fair share charges a job's whole GPU time when it starts (the trace knows it).
         half = self.config.half_life_s
         self._usage[job.user] = self._usage.get(job.user, DecayedUsage(0.0, now)).charge(
@@ -281,6 +304,18 @@ class Simulator:
         self._running[job.seq] = gpus
         self._push(start + job.duration, FINISH, job)
         return True
+
+    def _fits(self, claims: list[tuple[Hold, int]], fresh: list[str], gpus: int) -> bool:
+        """Whether held plus fresh GPUs span no more nodes than a job of `gpus` GPUs needs."""
+        per_node = self.config.gpus_per_node
+        needed = -(-gpus // per_node)
+        slots = self.state.slots
+        nodes = {slots[uuid].node for uuid in fresh}
+        for hold, take in claims:
+            nodes.update(slots[uuid].node for uuid in hold.gpus[:take])
+            if len(nodes) > needed:
+                return False
+        return len(nodes) <= needed
 
     def _finish(self, job: Job) -> None:
         gpus = self._running.pop(job.seq)

@@ -90,8 +90,10 @@ class ForecastPolicy(Policy):
         max_gpus: int | None = None,
         reuse: bool = False,
         topup: bool = False,
+        on_begin: Callable[[Control], None] | None = None,
     ) -> None:
         self.forecaster = forecaster
+        self.on_begin = on_begin
         self.min_confidence = min_confidence
         self.ttl_s = ttl_s
         self.tick_s = tick_s
@@ -99,8 +101,17 @@ class ForecastPolicy(Policy):
         self.reuse = reuse
         self.topup = topup
         self._asked: dict[tuple[str, float], int] = {}
-        self._on_arrival = getattr(forecaster, "observe_arrival", None)
-        self._on_finish = getattr(forecaster, "observe_finish", None)
+        self.rebind()
+
+    def rebind(self) -> None:
+        """Look up the forecaster's optional hooks again (after replacing `forecaster`)."""
+        self._on_arrival = getattr(self.forecaster, "observe_arrival", None)
+        self._on_finish = getattr(self.forecaster, "observe_finish", None)
+
+    def begin(self, jobs: Sequence[Job], ctl: Control) -> None:
+        # Settings that follow the simulated cluster (a lead that follows the cold start).
+        if self.on_begin is not None:
+            self.on_begin(ctl)
 
     def on_arrival(self, job: Job, now: float, ctl: Control) -> None:
         if self._on_arrival is not None:

@@ -74,7 +74,9 @@ class HybridHistogram(Policy):
 
     Gaps are measured between a user's arrivals rather than from a job's end, because one
     user's GPU jobs overlap: the window opens at each arrival and sizes the hold like the
-    job that just arrived.
+    job that just arrived. As in the paper a warm instance is not thrown away inside its
+    window: a windowed job that ends before its window closes keeps its own (warm) GPUs for
+    its user until then, as far as the user's holds do not already cover its size.
     """
 
     def __init__(
@@ -90,7 +92,7 @@ class HybridHistogram(Policy):
         self.cv_threshold = cv_threshold
         self._hist: dict[str, GapHistogram] = {}
         self._last: dict[str, float] = {}
-        self._windowed: set[int] = set()
+        self._windowed: dict[int, float] = {}  # job seq -> when its window closes
 
     def representative(self, hist: GapHistogram) -> bool:
         if hist.samples < self.min_samples:
@@ -117,13 +119,16 @@ class HybridHistogram(Policy):
         if self.representative(hist):
             head, tail = self.windows(hist)
             ctl.hold(user, job.gpus, now + head, tail - head)
-            self._windowed.add(job.seq)
+            self._windowed[job.seq] = now + tail
 
     def on_finish(self, job: Job, now: float, ctl: Control) -> None:
-        if job.seq in self._windowed:
-            self._windowed.discard(job.seq)
+        closes = self._windowed.pop(job.seq, None)
+        if closes is None:
+            ctl.retain(job, job.gpus, self.fallback_s)
             return
-        ctl.retain(job, job.gpus, self.fallback_s)
+        short = job.gpus - ctl.held_gpus(job.user)
+        if closes > now and short > 0:
+            ctl.retain(job, short, closes - now)
 
 
 def _hybrid(arg: str | None) -> Policy:

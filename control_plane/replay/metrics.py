@@ -50,6 +50,38 @@ def is_day_start(submit: float, gap_s: float | None) -> bool:
     return gap_s > LONG_GAP_S and (submit - gap_s) // DAY_S < submit // DAY_S
 
 
+def weighted_percentile(pairs: Sequence[tuple[float, int]], q: float) -> float:
+    """The `q` percentile (0..100) of values counted `weight` times each, from (value, weight)
+    pairs sorted by value: the value at or below which q% of the total weight lies."""
+    total = sum(w for _, w in pairs)
+    if not total:
+        return 0.0
+    target = total * q / 100.0
+    seen = 0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= target:
+            return value
+    return pairs[-1][0]
+
+
+def ttg_measures(ttg: Sequence[float], gpus: Sequence[int]) -> dict[str, float]:
+    """Per-job and GPU-weighted mean/p95 time-to-GPU. Weighted by GPUs, a 32-GPU job waiting
+    two minutes counts as the 64 GPU-minutes it wastes, not as one job among many 1-GPU ones."""
+    ordered = sorted(ttg)
+    jobs = len(ordered)
+    pairs = sorted(zip(ttg, gpus, strict=True))
+    weight = sum(gpus)
+    return {
+        "mean_time_to_gpu_s": round(sum(ordered) / jobs, 3) if jobs else 0.0,
+        "p95_time_to_gpu_s": round(percentile(ordered, 95), 3),
+        "gpu_weighted_mean_time_to_gpu_s": (
+            round(sum(t * g for t, g in pairs) / weight, 3) if weight else 0.0
+        ),
+        "gpu_weighted_p95_time_to_gpu_s": round(weighted_percentile(pairs, 95), 3),
+    }
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100) of already sorted values; 0 when empty."""
     if not sorted_values:
@@ -66,9 +98,11 @@ class Recorder:
     """Accumulates one replay's figures; all GPU times in GPU-seconds."""
 
     time_to_gpu: list[float] = field(default_factory=list)
+    job_gpus: list[int] = field(default_factory=list)  # GPUs of each job, as time_to_gpu
     queue_wait: list[float] = field(default_factory=list)
     warm_hits: int = 0
     busy_gpu_s: float = 0.0
+    reactive_idle_gpu_s: float = 0.0  # each started job's GPUs x the cold start
     warming_gpu_s: float = 0.0
     ready_idle_gpu_s: float = 0.0
     holds_placed: int = 0
@@ -78,6 +112,7 @@ class Recorder:
     hold_gpus_expired: int = 0
     hold_gpus_preempted: int = 0
     preemptions: int = 0
+    claims_misfit: int = 0  # jobs whose held GPUs spanned too many nodes: started fresh
     jobs_skipped: int = 0
     taken_gpu_s: float = 0.0
     misses: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in Miss})
@@ -86,8 +121,10 @@ class Recorder:
     day_start_hits: int = 0
     day_start_ttg_s: float = 0.0
 
-    def job_started(self, ttg: float, miss: Miss | None, day_start: bool) -> None:
+    def job_started(self, ttg: float, miss: Miss | None, day_start: bool, gpus: int = 1) -> None:
         """One job's time-to-GPU; `miss` is its category when it was not a warm hit."""
+        self.time_to_gpu.append(ttg)
+        self.job_gpus.append(gpus)
         if miss is None:
             self.warm_hits += 1
         else:
@@ -111,6 +148,7 @@ class Recorder:
     def result(self, policy: str, capacity: int, cold_start_s: float) -> dict[str, object]:
         ttg = sorted(self.time_to_gpu)
         jobs = len(ttg)
+        measures = ttg_measures(self.time_to_gpu, self.job_gpus)
         busy_h = self.busy_gpu_s / 3600.0
         idle_h = (self.warming_gpu_s + self.ready_idle_gpu_s) / 3600.0
         return {
@@ -119,9 +157,11 @@ class Recorder:
             "jobs_skipped": self.jobs_skipped,
             "capacity_gpus": capacity,
             "cold_start_s": cold_start_s,
-            "mean_time_to_gpu_s": round(sum(ttg) / jobs, 3) if jobs else 0.0,
+            "mean_time_to_gpu_s": measures["mean_time_to_gpu_s"],
             "p50_time_to_gpu_s": round(percentile(ttg, 50), 3),
-            "p95_time_to_gpu_s": round(percentile(ttg, 95), 3),
+            "p95_time_to_gpu_s": measures["p95_time_to_gpu_s"],
+            "gpu_weighted_mean_time_to_gpu_s": measures["gpu_weighted_mean_time_to_gpu_s"],
+            "gpu_weighted_p95_time_to_gpu_s": measures["gpu_weighted_p95_time_to_gpu_s"],
             "p99_time_to_gpu_s": round(percentile(ttg, 99), 3),
             "max_time_to_gpu_s": round(ttg[-1], 3) if ttg else 0.0,
             "mean_queue_wait_s": round(sum(self.queue_wait) / jobs, 3) if jobs else 0.0,
@@ -132,6 +172,10 @@ class Recorder:
             "idle_warming_gpu_hours": round(self.warming_gpu_s / 3600.0, 3),
             "idle_ready_gpu_hours": round(self.ready_idle_gpu_s / 3600.0, 3),
             "idle_ratio": round(idle_h / busy_h, 6) if busy_h else 0.0,
+            # Idle spent on pre-warming: over what reactive idles (every job's own warm-up).
+            "extra_idle_ratio": (
+                round((idle_h - self.reactive_idle_gpu_s / 3600.0) / busy_h, 6) if busy_h else 0.0
+            ),
             "taken_gpu_hours": round(self.taken_gpu_s / 3600.0, 3),
             "holds_placed": self.holds_placed,
             "holds_failed": self.holds_failed,
@@ -140,6 +184,7 @@ class Recorder:
             "hold_gpus_expired": self.hold_gpus_expired,
             "hold_gpus_preempted": self.hold_gpus_preempted,
             "preemptions": self.preemptions,
+            "claims_misfit": self.claims_misfit,
             "misses": dict(self.misses),
             "miss_time_to_gpu_s": {k: round(v, 1) for k, v in self.miss_ttg_s.items()},
             "day_start_jobs": self.day_starts,

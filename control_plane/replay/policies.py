@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from control_plane.replay.trace import Job
+from predictors.budget import Totals
 
 
 class Control(Protocol):
@@ -40,6 +41,10 @@ class Control(Protocol):
         """End every hold of `user` now."""
         ...
 
+    def totals(self) -> Totals:
+        """Running GPU-second totals so far: busy, idle, and what reactive would idle."""
+        ...
+
 
 class Policy:
     """A pre-warm policy: hooks called in virtual time; the default does nothing (reactive).
@@ -62,6 +67,10 @@ class Policy:
 
     def on_tick(self, now: float, ctl: Control) -> None:
         """Called every `tick_s` seconds."""
+
+    def adopt(self, trained: Policy) -> None:
+        """Start from what `trained` (built from the same spec) learnt on earlier days; the
+        default learns nothing worth carrying over."""
 
 
 PolicyFactory = Callable[[str | None], Policy]

@@ -15,11 +15,13 @@ the traces have none, so `cues` would never forecast.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 
 from control_plane.replay.forecast import ForecastPolicy, flag
-from control_plane.replay.policies import Policy, number, parse_options, register_policy
+from control_plane.replay.policies import Control, Policy, number, parse_options, register_policy
 from predictors.base import Predictor
-from predictors.burst import BurstPredictor
+from predictors.burst import WEIGHTS, BurstPredictor
 from predictors.ensemble import Ensemble
 from predictors.ewma import EwmaPredictor
 from predictors.histogram import HistogramPredictor
@@ -31,6 +33,9 @@ ADAPTER = ("conf", "ttl", "tick", "max_gpus", "reuse", "topup")
 SIZES = ("last", "mode", "max")
 PRICED_WINDOW_S = 6 * 3600.0  # the longest window a priced burst forecast may choose
 MEMBERS = ("burst", "histogram", "ewma", "seasonality")
+# The most jobs of one clump a burst forecast may cover: the history keeps k-step gaps up to
+# it. More is refused, never silently cut.
+MAX_CLUMP_JOBS = 16
 
 
 def _choice(options: dict[str, str], key: str, allowed: tuple[str, ...], default: str) -> str:
@@ -60,12 +65,17 @@ def adapt(
     *,
     config: HistoryConfig | None = None,
     tick_s: float | None = None,
+    cls: type[ForecastPolicy] = ForecastPolicy,
 ) -> ForecastPolicy:
     """The replay policy for a predictor: the adapter's options, a history builder, holds."""
     tick = number(options, "tick", tick_s or 60.0, minimum=1.0) if "tick" in options else tick_s
     max_gpus = options.get("max_gpus")
+    jobs = _count(options, "jobs", 1) if "jobs" in options else 1
+    if jobs > 1:
+        # k-step gaps for every job of the clump the forecast may cover.
+        config = replace(config or HistoryConfig(), max_k=max(jobs, HistoryConfig().max_k))
     forecaster = StreamForecaster(predictor, config=config, refresh_s=tick, new_only=False)
-    return ForecastPolicy(
+    return cls(
         forecaster,
         min_confidence=_probability(options, "conf", 0.0),
         ttl_s=number(options, "ttl", 0.0) if "ttl" in options else None,
@@ -73,15 +83,33 @@ def adapt(
         max_gpus=None if max_gpus is None else _count(options, "max_gpus", 1),
         reuse=flag(options, "reuse", True),
         topup=flag(options, "topup", True),
+        on_begin=partial(_follow_cold_start, bursts_in(predictor)),
     )
 
 
-def _burst_predictor(options: dict[str, str], name: str = "burst") -> BurstPredictor:
+def bursts_in(predictor: Predictor) -> list[BurstPredictor]:
+    """The burst predictors in `predictor` (itself or an ensemble's members)."""
+    members = getattr(predictor, "members", [predictor])
+    return [m for m in members if isinstance(m, BurstPredictor)]
+
+
+def _follow_cold_start(bursts: list[BurstPredictor], ctl: Control) -> None:
+    # A warm-up lasts the cold start: that is what a hold saves and how early it must be set
+    # aside. Only a lead given as an option stays as given.
+    for burst in bursts:
+        if getattr(burst, "lead_follows_cold_start", False):
+            burst.lead_s = max(1.0, ctl.cold_start_s)
+
+
+def burst_predictor(options: dict[str, str], name: str = "burst") -> BurstPredictor:
     price = options.get("price")
     default_window = PRICED_WINDOW_S if price is not None else 600.0
-    return BurstPredictor(
+    jobs = _count(options, "jobs", 1)
+    if jobs > MAX_CLUMP_JOBS:
+        raise ValueError(f"option 'jobs': at most {MAX_CLUMP_JOBS}, not {jobs}")
+    predictor = BurstPredictor(
         number(options, "window", default_window, minimum=1.0),
-        max_jobs=_count(options, "jobs", 1),
+        max_jobs=jobs,
         size=_choice(options, "size", (*SIZES, "ending"), "ending" if price else "last"),
         price=None if price is None else number(options, "price", 0.0, minimum=1e-12),
         lead_s=number(options, "lead", 120.0, minimum=1.0),
@@ -89,16 +117,20 @@ def _burst_predictor(options: dict[str, str], name: str = "burst") -> BurstPredi
         # Valued as warm after a finish only where the adapter keeps the ending job's GPUs.
         warm_after_finish=flag(options, "reuse", True),
         value_fit=flag(options, "fit", True),
+        weigh=_choice(options, "weigh", tuple(WEIGHTS), "jobs"),
         name=name,
     )
+    # Without `lead=` the warm-up is the replay's cold start, set when the replay begins.
+    predictor.lead_follows_cold_start = "lead" not in options  # type: ignore[attr-defined]
+    return predictor
 
 
-BURST_OPTIONS = ("window", "price", "jobs", "size", "lead", "pool", "fit")
+BURST_OPTIONS = ("window", "price", "jobs", "size", "lead", "pool", "fit", "weigh")
 
 
 def _burst(arg: str | None) -> Policy:
     options = parse_options(arg, allowed=(*BURST_OPTIONS, *ADAPTER))
-    return adapt(_burst_predictor(options), options)
+    return adapt(burst_predictor(options), options)
 
 
 def _histogram_predictor(options: dict[str, str], name: str = "histogram") -> HistogramPredictor:
@@ -190,14 +222,25 @@ def _ewma(arg: str | None) -> Policy:
 
 
 _MEMBER_BUILDERS: dict[str, Callable[[dict[str, str]], Predictor]] = {
-    "burst": lambda o: _burst_predictor(o),
+    "burst": lambda o: burst_predictor(o),
     "histogram": lambda o: _histogram_predictor(o),
     "ewma": lambda o: _ewma_predictor(o),
     "seasonality": lambda o: _season_predictor(o),
 }
 
 
-ENSEMBLE_SHARED = ("price", "window", "jobs", "fit", "size", "tail", "horizon")
+ENSEMBLE_SHARED = (
+    "price",
+    "window",
+    "jobs",
+    "fit",
+    "size",
+    "lead",
+    "pool",
+    "weigh",
+    "tail",
+    "horizon",
+)
 
 
 def _ensemble(arg: str | None) -> Policy:
@@ -211,8 +254,12 @@ def _ensemble(arg: str | None) -> Policy:
         raise ValueError(
             f"option 'members': {'+'.join(names)!r}; use distinct {', '.join(MEMBERS)}"
         )
-    # Member knobs passed through the ensemble's spec: price, window, jobs, fit, size
-    # (burst), tail (histogram), horizon (ewma and seasonality).
+    # Member knobs passed through the ensemble's spec: price, window, jobs, fit, size, lead,
+    # pool (burst), tail (histogram), horizon (ewma and seasonality). A knob for a member
+    # that is not in the ensemble is an error, not silently dropped.
+    for key, owners in _KNOB_OWNERS.items():
+        if key in options and not any(o in names for o in owners):
+            raise ValueError(f"option {key!r} is for {'/'.join(owners)}, not in the members")
     members = [_MEMBER_BUILDERS[n](_member_options(n, options)) for n in names]
     ensemble = Ensemble(
         members,
@@ -224,9 +271,23 @@ def _ensemble(arg: str | None) -> Policy:
     return adapt(ensemble, options, config=config, tick_s=tick)
 
 
+_KNOB_OWNERS = {
+    "price": ("burst",),
+    "window": ("burst",),
+    "jobs": ("burst",),
+    "fit": ("burst",),
+    "size": ("burst",),
+    "lead": ("burst",),
+    "pool": ("burst",),
+    "weigh": ("burst",),
+    "tail": ("histogram",),
+    "horizon": ("ewma", "seasonality"),
+}
+
+
 def _member_options(member: str, options: dict[str, str]) -> dict[str, str]:
     keys = {
-        "burst": ("price", "window", "jobs", "fit", "size", "reuse"),
+        "burst": ("price", "window", "jobs", "fit", "size", "lead", "pool", "weigh", "reuse"),
         "histogram": ("tail",),
         "ewma": ("horizon",),
         "seasonality": ("horizon",),

@@ -11,6 +11,8 @@ _COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_time_to_gpu_s", "mean TTG s", ".1f"),
     ("p50_time_to_gpu_s", "p50 TTG s", ".1f"),
     ("p95_time_to_gpu_s", "p95 TTG s", ".1f"),
+    ("gpu_weighted_mean_time_to_gpu_s", "GPU-wtd mean s", ".1f"),
+    ("gpu_weighted_p95_time_to_gpu_s", "GPU-wtd p95 s", ".1f"),
     ("warm_hit_rate", "warm hits", ".1%"),
     ("busy_gpu_hours", "busy GPU-h", ",.0f"),
     ("idle_gpu_hours", "idle GPU-h", ",.0f"),

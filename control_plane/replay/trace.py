@@ -19,6 +19,9 @@ COLUMNS = (
     "duration_s",
 )
 REQUIRED = ("job_id", "user", "submit_time_s", "num_gpus", "duration_s")
+# Optional cue columns: what a smart agent would know at submit and a scheduler would not.
+# `array_size`: the whole size of the sweep (job array, loop, grid) this job starts or joins.
+CUE_COLUMNS = ("array_size",)
 
 # The shared traces sit beside the repository: <repo>/../shared/traces.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +43,7 @@ class Job:
     gpus: int
     duration: float
     gpu_type: str | None = None
+    array_size: int | None = None  # a cue column, where the trace carries one
 
 
 def shared_trace(name: str) -> Path | None:
@@ -68,28 +72,33 @@ def load_trace(path: str | Path) -> list[Job]:
 def parse_rows(rows: Iterable[dict[str, str]], *, source: str = "trace") -> list[Job]:
     """Jobs from CSV rows. A job with no duration and no end (still running when the trace
     was cut, as in Alibaba's `alive_at_trace_end`) runs until the last time in the trace."""
-    parsed: list[tuple[str, str, float, int, float | None, str | None]] = []
+    parsed: list[tuple[str, str, float, int, float | None, str | None, int | None]] = []
     last = 0.0
     for line, row in enumerate(rows, start=2):
         try:
             gpus = int(row["num_gpus"])
             submit = float(row["submit_time_s"])
             duration = _duration(row)
+            cue = row.get("array_size") or None
+            array_size = None if cue is None else int(cue)
         except (TypeError, ValueError) as exc:
             raise TraceError(f"{source}:{line}: bad value ({exc})") from exc
         if gpus < 1:
             continue
         if duration is not None and duration < 0:
             raise TraceError(f"{source}:{line}: negative duration")
+        if array_size is not None and array_size < 1:
+            raise TraceError(f"{source}:{line}: array_size must be at least 1")
         last = max(last, submit + (duration or 0.0))
         user = row["user"] or "unknown"
-        parsed.append((row["job_id"], user, submit, gpus, duration, row.get("gpu_type") or None))
+        gpu_type = row.get("gpu_type") or None
+        parsed.append((row["job_id"], user, submit, gpus, duration, gpu_type, array_size))
     order = sorted(range(len(parsed)), key=lambda i: (parsed[i][2], i))
     jobs: list[Job] = []
     for seq, i in enumerate(order):
-        job_id, user, submit, gpus, duration, gpu_type = parsed[i]
+        job_id, user, submit, gpus, duration, gpu_type, array_size = parsed[i]
         run = max(0.0, last - submit) if duration is None else duration
-        jobs.append(Job(seq, job_id, user, submit, gpus, run, gpu_type))
+        jobs.append(Job(seq, job_id, user, submit, gpus, run, gpu_type, array_size))
     return jobs
 
 

@@ -36,7 +36,8 @@ ALLOCATION_TRANSITIONS: Mapping[AllocationStatus, frozenset[AllocationStatus]] =
     A.ALLOCATED: frozenset({A.RELEASED, A.EXPIRED, A.LOST}),
     A.RELEASED: frozenset(),
     A.EXPIRED: frozenset(),
-    A.LOST: frozenset(),
+    # lost -> allocated: its node came back within the lease with the GPUs still free.
+    A.LOST: frozenset({A.ALLOCATED}),
     A.CANCELLED: frozenset(),
 }
 

@@ -156,6 +156,19 @@ class HoldClaim(WireModel):
     lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
     command: Command | None = None
     label: Label | None = None
+    job_class: JobClass = Field(
+        default=JobClass.BATCH, description="Counted against this class's share of the quota."
+    )
+    strategy: Strategy | None = Field(
+        default=None,
+        description="Recorded on the allocation (and used to place it if the hold was never "
+        "placed); default: the hold's.",
+    )
+    warmup: Label | None = Field(
+        default=None,
+        description="Warm-up profile when the hold has none of its own and its warm-up had "
+        "not begun; default: the hold's.",
+    )
 
 
 class Hold(BaseModel):

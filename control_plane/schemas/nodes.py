@@ -98,12 +98,25 @@ class NodeAssignment(BaseModel):
         default=None, description="Last task status the node reported (allocations only)."
     )
     expires_at: datetime | None = None
+    start_at: datetime | None = Field(
+        default=None, description="When the hold's job is expected (holds only)."
+    )
+    tenant: str | None = Field(
+        default=None,
+        description="The hold's tenant name (holds only): a scheduler backend maps it to the "
+        "scheduler's user or account that may use the held GPUs.",
+    )
 
 
 class HeartbeatReply(BaseModel):
     node_id: str
     status: NodeStatus
     assignments: list[NodeAssignment]
+    rotate_credential: bool = Field(
+        default=False,
+        description="An administrator asked this node to rotate its credential "
+        "(POST /v1/nodes/{id}/credentials).",
+    )
 
 
 class WarmupReport(WireModel):

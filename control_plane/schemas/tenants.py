@@ -105,6 +105,13 @@ class TenantPolicy(WireModel):
         default=False,
         description="Whether this tenant's confident holds may displace weaker ones.",
     )
+    idle_budget: float | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="Idle GPU-hours per busy GPU-hour, over reactive, the tenant's agents "
+        "steer their pre-warming to (their price controller); null: none set.",
+    )
 
 
 class TenantPolicyInfo(TenantPolicy):

@@ -40,9 +40,7 @@ def create(
     tenant = ensure_tenant(session, tenant_id)
     if body.hold_id is not None:
         # Naming a hold claims as many of its GPUs as asked for (422 if more than it has).
-        claim = HoldClaim(
-            lease_s=body.lease_s, command=body.command, label=body.label, gpu_count=body.gpu_count
-        )
+        claim = _claim_of(body, gpu_count=body.gpu_count)
         return answer(
             claims.claim_hold(
                 session, tenant_id=tenant_id, hold_id=body.hold_id, body=claim, now=now
@@ -53,7 +51,7 @@ def create(
         # meant for a bigger job of the tenant's.
         match = claims.matching_hold(session, tenant_id=tenant_id, body=body, now=now)
         if match is not None:
-            claim = HoldClaim(lease_s=body.lease_s, command=body.command, label=body.label)
+            claim = _claim_of(body)
             return answer(claims.claim(session, tenant, match, claim, now=now))
     wait = granting.admit(session, tenant, body)
     alloc = AllocationRow(
@@ -85,6 +83,20 @@ def create(
         return _queue(session, alloc, now=now, reason=reason)
     gpus = granting.apply(session, alloc, choice, now=now, queued=False)
     return 201, allocation_view(session, alloc, gpus=cluster.describe(gpus))
+
+
+def _claim_of(body: AllocationCreate, *, gpu_count: int | None = None) -> HoldClaim:
+    """The claim an allocation request makes: every field the request gave goes with it."""
+    return HoldClaim(
+        gpu_count=gpu_count,
+        lease_s=body.lease_s,
+        command=body.command,
+        label=body.label,
+        job_class=body.job_class,
+        # Only a strategy the request chose overrides the hold's.
+        strategy=body.strategy if "strategy" in body.model_fields_set else None,
+        warmup=body.warmup,
+    )
 
 
 def _queue(

@@ -20,11 +20,14 @@ MAX_TOKEN_LEN = 256
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: an admin, a node agent, or a tenant (with its id)."""
+    """Who is calling: an admin, a node agent (with its node id), or a tenant (with its id)."""
 
     scope: Scope
     key_id: str
     tenant_id: str | None = None
+    # The one node a node credential acts as; None for a node token from before node
+    # identity, which may only enrol.
+    node_id: str | None = None
 
     @property
     def idempotency_owner(self) -> str:
@@ -37,7 +40,13 @@ def hash_key(secret: str) -> str:
 
 
 def mint_key(
-    session: Session, *, scope: Scope, tenant_id: str | None, label: str | None, now: float
+    session: Session,
+    *,
+    scope: Scope,
+    tenant_id: str | None,
+    label: str | None,
+    now: float,
+    node_id: str | None = None,
 ) -> tuple[ApiKeyRow, str]:
     secret = KEY_PREFIX[scope] + secrets.token_urlsafe(32)
     row = ApiKeyRow(
@@ -48,6 +57,7 @@ def mint_key(
         tenant_id=tenant_id,
         label=label,
         created_at=now,
+        node_id=node_id,
     )
     session.add(row)
     return row, secret
@@ -70,7 +80,9 @@ def authenticate(session: Session, *, token: str, admin_token: str | None) -> Pr
     if row is None or row.revoked_at is not None:
         # One message for unknown and revoked keys: a caller learns nothing about which.
         raise Unauthenticated("unknown or revoked API key")
-    return Principal(scope=Scope(row.scope), key_id=row.id, tenant_id=row.tenant_id)
+    return Principal(
+        scope=Scope(row.scope), key_id=row.id, tenant_id=row.tenant_id, node_id=row.node_id
+    )
 
 
 def require(principal: Principal, *scopes: Scope) -> None:

@@ -32,6 +32,9 @@ def matching_hold(
     )
     if body.gpu_model is not None:
         query = query.where(HoldRow.gpu_model == body.gpu_model)
+    if body.warmup is not None:
+        # A job that asks for a warm-up profile is served only by GPUs warmed with that one.
+        query = query.where(HoldRow.warmup == body.warmup)
     rank = {HoldStatus.READY.value: 0, HoldStatus.WARMING.value: 1, HoldStatus.PLACED.value: 2}
     holds = sorted(session.exec(query).all(), key=lambda h: (rank[h.status], h.created_at))
     return holds[0] if holds else None
@@ -80,9 +83,13 @@ def claim(
         hold_id=hold.id,
         requested_at=now,
         lease_s=body.lease_s,
-        strategy=hold.strategy,
-        job_class="batch",
+        strategy=(body.strategy.value if body.strategy is not None else hold.strategy),
+        job_class=body.job_class.value,
         label=body.label,
+        # A hold never placed becomes a reactive request that warms as the hold or the claim
+        # asks. A warming or ready hold's warm-up is the hold's own (a second one would run
+        # on GPUs already warming): the allocation names none.
+        warmup=(hold.warmup or body.warmup) if hold.status == HoldStatus.REQUESTED.value else None,
         command_json=json.dumps(body.command) if body.command else None,
     )
     # The quota counts what the allocation keeps, not what the hold had.
@@ -120,8 +127,8 @@ def claim(
     if was == HoldStatus.PLACED.value:
         # Its warm-up had not begun: the node warms the GPUs for the job now, as it would for
         # a reactive allocation with that profile (none: they are usable as they are).
-        alloc.warmup = hold.warmup
-        alloc.ready_at = None if hold.warmup else now
+        alloc.warmup = hold.warmup or body.warmup
+        alloc.ready_at = None if alloc.warmup else now
     else:
         # A warming hold's GPUs become usable when its warm-up ends (the node reports it).
         alloc.ready_at = now if alloc.warm else None

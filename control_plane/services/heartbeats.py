@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from sqlalchemy import bindparam, update
 
@@ -69,8 +70,15 @@ class HeartbeatBuffer:
 class Flusher:
     """Flushes a buffer every `interval_s` on a daemon thread, and once more on stop."""
 
-    def __init__(self, buffer: HeartbeatBuffer, db: Database, interval_s: float) -> None:
+    def __init__(
+        self,
+        buffer: HeartbeatBuffer,
+        db: Database,
+        interval_s: float,
+        on_flush: Callable[[], None] | None = None,
+    ) -> None:
         self.buffer = buffer
+        self.on_flush = on_flush  # told of every successful flush (the stall watch)
         self.db = db
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -91,6 +99,8 @@ class Flusher:
     def _flush(self) -> None:
         try:
             self.buffer.flush(self.db)
+            if self.on_flush is not None:
+                self.on_flush()
         except Exception:  # the database may be away; heartbeats wait for the next flush
             log.warning(
                 "heartbeat flush failed; %d node(s) kept for the next one",

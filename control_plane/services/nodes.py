@@ -8,7 +8,14 @@ from collections import defaultdict
 from sqlmodel import Session, col, select
 
 from control_plane.db.engine import Database
-from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, NodeRow
+from control_plane.db.models import (
+    AllocationRow,
+    AssignmentRow,
+    GpuRow,
+    HoldRow,
+    NodeRow,
+    TenantRow,
+)
 from control_plane.schemas.common import utc_from_epoch
 from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import (
@@ -19,8 +26,8 @@ from control_plane.schemas.nodes import (
     NodeAssignment,
     NodeRegister,
 )
-from control_plane.services import evacuate, lifecycle, placing, sql
-from control_plane.services.errors import Conflict, NotFound
+from control_plane.services import evacuate, gpu_owners, lifecycle, placing, revive, sql
+from control_plane.services.errors import Conflict, Forbidden, NotFound
 from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
 from control_plane.services.ids import new_id
@@ -35,8 +42,11 @@ def _node_or_404(session: Session, node_id: str) -> NodeRow:
     return node
 
 
-def register(db: Database, *, body: NodeRegister, now: float) -> Node:
-    """Create the node, or update it in place when its name is known (GPUs never duplicate)."""
+def register(db: Database, *, body: NodeRegister, now: float, as_node: str | None = None) -> Node:
+    """Create the node, or update it in place when its name is known (GPUs never duplicate).
+
+    `as_node` is the node a node credential is bound to: it may update that node only.
+    """
     uuids = [g.uuid for g in body.gpus]
     if len(set(uuids)) != len(uuids):
         raise Conflict(
@@ -44,6 +54,12 @@ def register(db: Database, *, body: NodeRegister, now: float) -> Node:
         )
     with db.write(placement=True) as session:
         node = session.exec(select(NodeRow).where(NodeRow.name == body.name)).first()
+        if as_node is not None and (node is None or node.id != as_node):
+            raise Forbidden(
+                f"this credential belongs to node {as_node}; it cannot register {body.name!r}",
+                code="wrong_node",
+                field="name",
+            )
         if node is None:
             node = NodeRow(
                 id=new_id("node"),
@@ -62,6 +78,7 @@ def register(db: Database, *, body: NodeRegister, now: float) -> Node:
                 at=now,
                 reason="registered",
             )
+        gpu_owners.check_free(session, node=node, uuids=uuids)
         node.spine, node.leaf = body.spine, body.leaf
         node.agent_version = body.agent_version
         node.last_heartbeat_at = now
@@ -81,23 +98,24 @@ def set_drain(db: Database, *, node_id: str, drain: bool, now: float) -> Node:
     or undrains it. Idempotent; a node that is offline takes the state when it comes back."""
     with db.write(placement=True) as session:
         node = _node_or_404(session, node_id)
-        if drain:
-            if node.drain_requested_at is None:
-                node.drain_requested_at = now
-            if node.status == NodeStatus.ONLINE.value:
-                _move(session, node, NodeStatus.DRAINING, now=now, reason=ADMIN_DRAIN)
-        else:
-            node.drain_requested_at = None
-            if node.status == NodeStatus.DRAINING.value:
-                _move(
-                    session,
-                    node,
-                    NodeStatus.ONLINE,
-                    now=now,
-                    reason="undrained by an administrator",
-                )
+        drain_in(session, node, drain=drain, now=now)
         session.flush()
         return _node_views(session, [node])[0]
+
+
+def drain_in(
+    session: Session, node: NodeRow, *, drain: bool, now: float, reason: str = ADMIN_DRAIN
+) -> None:
+    """`set_drain` inside a caller's transaction (revoking a node's credential drains it)."""
+    if drain:
+        if node.drain_requested_at is None:
+            node.drain_requested_at = now
+        if node.status == NodeStatus.ONLINE.value:
+            _move(session, node, NodeStatus.DRAINING, now=now, reason=reason)
+    else:
+        node.drain_requested_at = None
+        if node.status == NodeStatus.DRAINING.value:
+            _move(session, node, NodeStatus.ONLINE, now=now, reason="undrained by an administrator")
 
 
 def _move(
@@ -184,7 +202,7 @@ def heartbeat(
         state = conn.execute(sql.NODE_STATE, {"node": node_id}).first()
         if state is None:
             raise NotFound(f"node {node_id} not found")
-        status, drain_requested_at = state
+        status, drain_requested_at, rotate_requested_at = state
         changes = _wanted(status, drain_requested_at, body) is not None
         if not changes and body.gpus:
             health = dict(conn.execute(sql.NODE_GPU_HEALTH, {"node": node_id}).all())
@@ -193,6 +211,7 @@ def heartbeat(
             node_id=node_id,
             status=NodeStatus(status),
             assignments=desired_state(session, node_id),
+            rotate_credential=rotate_requested_at is not None,
         )
     if buffer is not None and not changes:
         buffer.put(node_id, now, telemetry)
@@ -207,6 +226,7 @@ def heartbeat(
             node_id=node.id,
             status=NodeStatus(node.status),
             assignments=desired_state(session, node.id),
+            rotate_credential=node.rotate_requested_at is not None,
         )
 
 
@@ -253,11 +273,15 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
     evacuate.unhealthy_gpus(session, sick, now=now)
     wanted = _wanted(node.status, node.drain_requested_at, body)
     if wanted is not None:
+        was_offline = node.status == NodeStatus.OFFLINE.value
         if wanted != NodeStatus.DRAINING:
             reason = "heartbeat"
         else:
             reason = "agent drain" if body.draining else ADMIN_DRAIN
         _move(session, node, wanted, now=now, reason=reason)
+        if was_offline:
+            # Back within the lease: its jobs get their GPUs back, not a kill.
+            revive.returning_node(session, node, now=now)
 
 
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
@@ -272,7 +296,12 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
             by_hold[hold_id].append(uuid)
     out: list[NodeAssignment] = []
     if by_hold:
-        for hold in session.exec(select(HoldRow).where(col(HoldRow.id).in_(list(by_hold)))):
+        holds = session.exec(
+            select(HoldRow, TenantRow.name)
+            .join(TenantRow, col(TenantRow.id) == col(HoldRow.tenant_id))
+            .where(col(HoldRow.id).in_(list(by_hold)))
+        )
+        for hold, tenant_name in holds:
             out.append(
                 NodeAssignment(
                     kind="hold",
@@ -281,6 +310,8 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
                     gpu_uuids=by_hold[hold.id],
                     warmup=hold.warmup,
                     expires_at=utc_from_epoch(hold.expires_at),
+                    start_at=utc_from_epoch(hold.start_at),
+                    tenant=tenant_name,
                 )
             )
     if by_alloc:

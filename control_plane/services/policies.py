@@ -21,6 +21,7 @@ def _info(session: Session, row: TenantRow, now: float) -> TenantPolicyInfo:
         max_hold_ttl_s=row.max_hold_ttl_s,
         allowed_warmups=json.loads(row.allowed_warmups) if row.allowed_warmups else None,
         holds_may_preempt_holds=row.holds_may_preempt_holds,
+        idle_budget=row.idle_budget,
         held_gpus=held_gpus(session, row.id),
         idle_gpu_hours_today=round(idle_gpu_hours_today(session, row.id, now), 6),
     )
@@ -41,5 +42,6 @@ def put_policy(db: Database, *, tenant_id: str, body: TenantPolicy, now: float) 
             None if body.allowed_warmups is None else json.dumps(body.allowed_warmups)
         )
         row.holds_may_preempt_holds = body.holds_may_preempt_holds
+        row.idle_budget = body.idle_budget
         session.flush()
         return _info(session, row, now)

@@ -74,7 +74,9 @@ ACTIVE_BY_CLASS = (
 
 # The heartbeat's read path: the node's state without its stored telemetry, its GPUs' health,
 # and what the node must keep.
-NODE_STATE = select(NODE.c.status, NODE.c.drain_requested_at).where(NODE.c.id == bindparam("node"))
+NODE_STATE = select(NODE.c.status, NODE.c.drain_requested_at, NODE.c.rotate_requested_at).where(
+    NODE.c.id == bindparam("node")
+)
 NODE_GPU_HEALTH = select(GPU.c.uuid, GPU.c.healthy).where(GPU.c.node_id == bindparam("node"))
 NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)

@@ -118,19 +118,3 @@ def list_api_keys(db: Database, *, tenant_id: str) -> list[ApiKeyInfo]:
 def revoke_api_key(db: Database, *, tenant_id: str, key_id: str, now: float) -> ApiKeyInfo:
     with db.write() as session:
         return _key_info(revoke_key(session, tenant_id=tenant_id, key_id=key_id, now=now))
-
-
-def create_node_token(db: Database, *, body: ApiKeyCreate, now: float) -> ApiKeyCreated:
-    with db.write() as session:
-        row, secret = mint_key(session, scope=Scope.NODE, tenant_id=None, label=body.label, now=now)
-    return _key_created(row, secret)
-
-
-def list_node_tokens(db: Database) -> list[ApiKeyInfo]:
-    with db.read() as session:
-        rows = session.exec(
-            select(ApiKeyRow)
-            .where(ApiKeyRow.scope == Scope.NODE.value)
-            .order_by(col(ApiKeyRow.created_at))
-        ).all()
-        return [_key_info(r) for r in rows]

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from control_plane.schemas.tenants import TenantPolicy
+from smart_agent.cli import node_tokens
 from smart_agent.cli.common import (
     AdminTokenOpt,
     JsonOpt,
@@ -22,6 +23,8 @@ from smart_agent.cli.common import (
 ID = re.compile(r"^tnt_[0-9a-f]{16}$")
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
+admin_app.add_typer(node_tokens.node_token_app, name="node-token")
+admin_app.command("gpu-move")(node_tokens.gpu_move)
 
 TENANT_COLUMNS = (
     ("id", lambda t: t.id),
@@ -90,17 +93,6 @@ def key_create(
                 fail(f"no tenant named {tenant!r}")
             tenant_id = named[0]
         print(c.create_api_key(tenant_id, label=label).key)
-
-
-@admin_app.command("node-token")
-def node_token(
-    label: str | None = typer.Option(None),
-    server: str | None = ServerOpt,
-    token: str | None = AdminTokenOpt,
-) -> None:
-    """Mint a node token; printed once, for `jitgpu node` in JITGPU_NODE_TOKEN."""
-    with client(server, token, admin=True) as c:
-        print(c.create_node_token(label=label).key)
 
 
 @admin_app.command("nodes")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -12,6 +13,7 @@ import typer
 from rich.text import Text
 
 from smart_agent.cli.common import console
+from smart_agent.cli.inspect_cmd import inspect_files
 
 agent_app = typer.Typer(
     help="The smart agent: watch logs, forecast, pre-warm, claim.", no_args_is_help=True
@@ -39,6 +41,9 @@ def config_path(given: Path | None) -> Path:
         )
         raise typer.Exit(2)
     return path
+
+
+agent_app.command("inspect")(inspect_files)
 
 
 def printer(kind: str, data: dict) -> None:
@@ -117,6 +122,7 @@ def status(config: Path | None = ConfigOpt) -> None:
     """What the agent has done: holds pending, today's idle GPU-hours, recent decisions."""
     from smart_agent.config import load_agent_config
     from smart_agent.predlog import PredictionLog
+    from smart_agent.runner import UNRECOGNIZED_KEY
     from smart_agent.yamlconf import ConfigError
 
     try:
@@ -127,6 +133,7 @@ def status(config: Path | None = ConfigOpt) -> None:
         raise typer.Exit(2) from None
     log = PredictionLog(cfg.prediction_log)
     try:
+        unrecognized = json.loads(log.get_meta(UNRECOGNIZED_KEY) or "[]")
         pending = log.pending_holds()
         day = time.time() - 86400
         rows = log.query(
@@ -147,3 +154,9 @@ def status(config: Path | None = ConfigOpt) -> None:
         + ", ".join(f"{r['n']} {r['decision']}" for r in rows)
         + f"; jobs {jobs['n']} ({jobs['warm'] or 0} warm)"
     )
+    if unrecognized:
+        console.print(
+            "not recognized (no line understood; see `jitgpu agent inspect FILE`): "
+            + ", ".join(unrecognized),
+            highlight=False,
+        )

@@ -85,13 +85,39 @@ def migrate(
     db.dispose()
 
 
+@app.command("slurm-bridge")
+def slurm_bridge(
+    server: str | None = typer.Option(
+        None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+    ),
+    config: Path | None = typer.Option(None, "--config", help="configs/slurm-bridge.yaml"),
+) -> None:
+    """Serve jitgpu holds on a Slurm cluster: reservations, power-up, claims (docs/slurm.md)."""
+    from control_plane.slurm_bridge.main import main
+
+    raise typer.Exit(main(config, server, token))
+
+
 @app.command()
 def node(
     server: str | None = typer.Option(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
     ),
     token: str | None = typer.Option(
-        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+        None,
+        "--token",
+        envvar="JITGPU_NODE_TOKEN",
+        help="This node's credential (jgn_..., from jitgpu admin node-token enrol).",
+    ),
+    enrol_token: str | None = typer.Option(
+        None,
+        "--enrol-token",
+        envvar="JITGPU_ENROL_TOKEN",
+        help="Enrolment token (jitgpu admin node-token create NAME); used once, the "
+        "credential it buys is kept in state_dir.",
     ),
     name: str | None = typer.Option(None, "--name", help="Node name \\[default: host name]."),
     simulated_gpus: int | None = typer.Option(
@@ -113,6 +139,7 @@ def node(
         run_node(
             server=server,
             token=token,
+            enrol_token=enrol_token,
             name=name,
             simulated_gpus=simulated_gpus,
             gpu_model=gpu_model,
@@ -130,9 +157,17 @@ def replay(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
     cold_start: float = typer.Option(120.0, "--cold-start", min=0, help="Seconds to warm."),
     policy: list[str] = typer.Option(
-        ..., "--policy", help="reactive, oracle, keepalive:S, static:N, hybrid-histogram, ..."
+        ...,
+        "--policy",
+        help="default, reactive, oracle, keepalive:S, static:N, hybrid-histogram, ...",
     ),
     fmt: str = typer.Option("table", "--format", help="table or json"),
+    budget: float | None = typer.Option(
+        None, "--budget", help="Idle budget of --policy default (idle/busy over reactive)."
+    ),
+    split: str | None = typer.Option(
+        None, "--split-days", help="TRAIN:TEST days: learn on the first, report the second."
+    ),
 ) -> None:
     """Replay a job trace through the scheduling core under each pre-warm policy."""
     from control_plane.replay import TraceError, format_results, run_replay
@@ -142,7 +177,13 @@ def replay(
         raise typer.Exit(2)
     try:
         results = run_replay(
-            trace, capacity, gpus_per_node=gpus_per_node, cold_start_s=cold_start, policies=policy
+            trace,
+            capacity,
+            gpus_per_node=gpus_per_node,
+            cold_start_s=cold_start,
+            policies=policy,
+            budget=budget,
+            split=split,
         )
     except (TraceError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -155,8 +196,15 @@ def demo(
     keep: bool = typer.Option(
         False, "--keep", help="Keep the cluster up afterwards, with commands to explore it."
     ),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Pre-warm on a throwaway Slurm cluster (needs slurm-wlm, munge)."
+    ),
 ) -> None:
     """Run the demo: control plane, two simulated GPU nodes, the agent on a sample pipeline."""
+    if slurm:
+        from control_plane.slurm_bridge.demo import run_slurm_demo
+
+        raise typer.Exit(run_slurm_demo())
     from smart_agent.demo.run import run_demo
 
     raise typer.Exit(run_demo(keep=keep))

@@ -354,9 +354,10 @@ def _run(
     ) as admin:
         tenant = admin.post("/v1/tenants", json={"name": "alice", "quota_gpus": 8}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
-        node_token = admin.post("/v1/node-tokens").json()["key"]
         agent_config = _configs(demo, "JITGPU_DEMO_TOKEN")
         for i in (1, 2):
+            # Each node enrols with its own single-use token and keeps the credential it gets.
+            enrol = admin.post("/v1/node-tokens", json={"node_name": f"sim-{i}"}).json()["key"]
             demo.spawn(
                 [
                     *JITGPU,
@@ -375,7 +376,7 @@ def _run(
                     str(folder / "node.yaml"),
                 ],
                 f"node-{i}",
-                env={"JITGPU_NODE_TOKEN": node_token},
+                env={"JITGPU_ENROL_TOKEN": enrol},
                 keep=NODE_LINES,
             )
         demo.wait_until(

@@ -106,7 +106,7 @@ class BaseParser:
             kind=kind,
             at=at,
             user=self.user if own else (redactor.field(user, 64) or self.user),
-            gpus=gpus if gpus is None or 0 < gpus <= 1_000_000 else None,
+            gpus=gpus if gpus is None or 0 <= gpus <= 1_000_000 else None,
             gpu_model=redactor.field(gpu_model, 64),
             duration_s=duration_s if duration_s is None or duration_s >= 0 else None,
             job_id=redactor.field(job_id),

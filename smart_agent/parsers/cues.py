@@ -14,11 +14,18 @@ TRAINING_STARTED = "training_started"
 TRAINING_FAILED = "training_failed"
 LAST_EPOCH = "last_epoch"
 PROCESS_STARTED = "process_started"
+# A Slurm job ended by Slurm, not by itself: none of these is a normal end.
+JOB_CANCELLED = "job_cancelled"
+JOB_ENDINGS = {
+    "TIME LIMIT": "job_timeout",
+    "PREEMPTION": "job_preempted",
+    "NODE FAILURE": "job_node_fail",
+}
 
 STRONG_CUES: frozenset[str] = frozenset(
     {Cue.PREPROCESSING_DONE, Cue.TRAINING_DONE, Cue.JOB_SUBMITTED}
 )
-GROUPS = ("epoch", "total", "gpus", "devices", "job_id", "gpu_model")
+GROUPS = ("epoch", "total", "gpus", "devices", "job_id", "gpu_model", "at", "why")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,15 +61,31 @@ _ENDED = ("done", "finish", "complete")
 
 _DONE = r"(?:is\s+|has\s+)?(?:done|finished|completed?|complete!?)\b"
 
+_LAUNCH_GPUS = (
+    r"(?:torchrun|torch\.distributed\.(?:run|launch))\b.*?--nproc[_-]per[_-]node[= ](?P<gpus>\d+)"
+    r"|\bdeepspeed\b.*?--include[= ]\S*?:(?P<devices>[\d,]+)"
+    r"|\bdeepspeed\b.*?--num[_-]gpus[= ](?P<gpus2>\d+)"
+    r"|\baccelerate\s+launch\b.*?--num[_-]processes[= ](?P<gpus3>\d+)"
+)
+
 # First match wins, so the specific framework lines come before the generic phrases.
 DEFAULT_RULES: tuple[CueRule, ...] = (
-    # Slurm: sbatch's own output
+    # Slurm: sbatch's own output, and slurmstepd ending a job (or its step) itself
     _rule(
         Cue.JOB_SUBMITTED,
         r"\bSubmitted batch job (?P<job_id>\d+)",
         ("submitted batch",),
         EventKind.JOB_SUBMITTED,
     ),
+    _rule(
+        JOB_CANCELLED,
+        r"\*\*\* (?:JOB|STEP) (?P<job_id>\d+)(?:[._+]\S*)? ON \S+ CANCELLED AT (?P<at>\S+)"
+        r"(?: DUE TO (?P<why>TIME LIMIT|PREEMPTION|NODE FAILURE))?",
+        ("cancelled at",),
+        EventKind.JOB_FINISHED,
+    ),
+    # Launch commands echoed in a log (bash -x, a wrapper script): the GPUs they ask for
+    _rule(TRAINING_STARTED, _LAUNCH_GPUS, ("torchrun", "torch.distributed", "deepspeed", "launch")),
     # PyTorch Lightning, Hugging Face Trainer, torchrun (elastic agent)
     _rule(Cue.TRAINING_DONE, r"`Trainer\.fit` stopped", ("trainer.fit",)),
     _rule(Cue.TRAINING_DONE, r"Training completed\. Do not forget to share", ("completed",)),
@@ -75,8 +98,14 @@ DEFAULT_RULES: tuple[CueRule, ...] = (
     _rule(
         TRAINING_FAILED,
         r"WorkerState\.FAILED|ChildFailedError|CUDA out of memory|OutOfMemoryError"
-        r"|NCCL (?:error|timeout)",
-        ("failed", "memory", "nccl"),
+        r"|NCCL (?:error|timeout)|\bfailed \(exitcode: -?\d+\)|\bCUDA error: ",
+        ("failed", "memory", "nccl", "cuda error"),
+    ),
+    # The last line of a Python traceback: `SomeError: message` at the start of a line
+    _rule(
+        TRAINING_FAILED,
+        r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt): ",
+        ("error: ", "exception: ", "interrupt: "),
     ),
     _rule(TRAINING_STARTED, r"\*{3,}\s*Running training\s*\*{3,}", ("running training",)),
     _rule(
@@ -87,6 +116,7 @@ DEFAULT_RULES: tuple[CueRule, ...] = (
     _rule(TRAINING_STARTED, r"^\s*nproc_per_node\s*:\s*(?P<gpus>\d+)\s*$", ("nproc_per_node",)),
     _rule(TRAINING_STARTED, r"\bnum_local_procs=(?P<gpus>\d+)", ("num_local_procs",)),  # DeepSpeed
     _rule(TRAINING_STARTED, r"^\s*Num processes:\s*(?P<gpus>\d+)\s*$", ("num processes",)),
+    _rule(TRAINING_STARTED, r"\bNum GPUs = (?P<gpus>\d+)", ("num gpus",)),  # Unsloth
     _rule(
         TRAINING_STARTED,
         r"\b(?:training|train)\s+(?:is\s+)?(?:started|starting)\b"
@@ -121,7 +151,8 @@ DEFAULT_RULES: tuple[CueRule, ...] = (
     ),
     # Epochs: Lightning's bar at 100%, HF's integral epoch, "epoch N/M", "end of epoch N"
     _rule(Cue.EPOCH_END, r"\bEpoch (?P<epoch>\d+):\s+100%", ("100%",)),
-    _rule(Cue.EPOCH_END, r"['\"]epoch['\"]\s*:\s*(?P<epoch>\d+)\.0\b", (".0",)),
+    # HF logs `'epoch': 0.0` from its first steps: only a whole epoch after 0 has ended
+    _rule(Cue.EPOCH_END, r"['\"]epoch['\"]\s*:\s*(?P<epoch>[1-9]\d*)\.0\b", (".0",)),
     _rule(
         Cue.EPOCH_END, r"\bepoch\s*[\[:]?\s*(?P<epoch>\d+)\s*(?:/|of)\s*(?P<total>\d+)", ("epoch",)
     ),
@@ -140,6 +171,7 @@ class CueHit:
     gpus: int | None
     job_id: str | None
     gpu_model: str | None
+    at: str | None = None  # a time the line states for what it reports
 
 
 def _small_int(text: str | None) -> int | None:
@@ -172,7 +204,7 @@ class CueMatcher:
 
 def _hit(rule: CueRule, found: re.Match[str]) -> CueHit:
     groups = found.groupdict()
-    gpus = _small_int(groups.get("gpus"))
+    gpus = _small_int(groups.get("gpus") or groups.get("gpus2") or groups.get("gpus3"))
     devices = groups.get("devices")
     if gpus is None and devices:
         gpus = len([d for d in re.split(r"[,\s]+", devices) if d]) or None
@@ -181,4 +213,6 @@ def _hit(rule: CueRule, found: re.Match[str]) -> CueHit:
         epoch, total = _small_int(groups.get("epoch")), _small_int(groups.get("total"))
         if epoch is not None and total and epoch >= total:
             name = LAST_EPOCH
-    return CueHit(rule, name, gpus, groups.get("job_id"), groups.get("gpu_model"))
+    if name == JOB_CANCELLED and groups.get("why"):
+        name = JOB_ENDINGS.get(groups["why"], name)
+    return CueHit(rule, name, gpus, groups.get("job_id"), groups.get("gpu_model"), groups.get("at"))

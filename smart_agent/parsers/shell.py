@@ -7,9 +7,16 @@ import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import tzinfo
+from pathlib import Path
 
 from predictors.types import Cue, Event, EventKind
 from smart_agent.parsers.base import BaseParser
+from smart_agent.parsers.launch import (
+    deepspeed_include,
+    resolve_script,
+    sbatch_script,
+    script_options,
+)
 from smart_agent.parsers.times import plausible
 from smart_agent.redact import Redactor
 
@@ -29,7 +36,8 @@ _WRAPPERS = re.compile(
     r"|(?:uv|poetry|pipenv|pixi)\s+run|conda\s+run\s+(?:-n|--name)\s+\S+)\s+)+"
 )
 _SEPARATORS = re.compile(r"\s*(?:&&|\|\||;|\||&)\s*")
-_HELP = re.compile(r"\s(?:--help|-h|--version|-V)(?:\s|$)")
+# `--version v1` is a training script's own option, not a launcher asked for its version.
+_HELP = re.compile(r"\s(?:--help|-h|-V)(?:\s|$)|\s--version\s*$")
 _PER_NODE = re.compile(
     r"(?:--gres[= ]\S*?gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<gres>\d+)"
     r"|--gpus-per-node[= ](?:(?P<model2>[A-Za-z][\w.-]*):)?(?P<gpn>\d+)"
@@ -44,8 +52,25 @@ _ZSH = re.compile(r"^: (\d{9,11}):\d+;(.*)$", re.S)
 _BASH_TIME = re.compile(r"^#(\d{9,11})\s*$")
 
 
-def launch_gpus(command: str) -> tuple[int | None, str | None]:
-    """GPUs a launch command asks for, and their model, from the usual flags."""
+def launch_gpus(command: str, base: Path | None = None) -> tuple[int | None, str | None]:
+    """GPUs a launch command asks for, and their model, from the usual flags; for `sbatch
+    script.sh` without GPU flags, from the script's `#SBATCH` lines (relative paths
+    against `base`, the folder the command ran in when known)."""
+    gpus, model = _flag_gpus(command)
+    if gpus is None:
+        script = sbatch_script(command)
+        path = resolve_script(script, base) if script else None
+        if path is not None:
+            gpus, model = _flag_gpus(script_options(path))
+            # A batch script read whole that asks for no GPU gets none from Slurm.
+            gpus = 0 if gpus is None else gpus
+    return gpus, model
+
+
+def _flag_gpus(command: str) -> tuple[int | None, str | None]:
+    included = deepspeed_include(command)
+    if included is not None:
+        return included, None
     nodes_m = _NODES.search(command)
     nodes = int(nodes_m.group("n")) if nodes_m and len(nodes_m.group("n")) < 5 else 1
     total = _TOTAL.search(command)
@@ -85,8 +110,10 @@ class ShellHistoryParser(BaseParser):
         since: float | None = None,
         max_seen: int = 4096,
         tail: int = 8,
+        script_base: Path | None = None,
     ) -> None:
         super().__init__(user, redactor=redactor, tz=tz)
+        self.script_base = script_base  # where `sbatch script.sh` scripts are looked for
         self.launchers = [re.compile(p) for p in DEFAULT_LAUNCHERS]
         self.patterns = [re.compile(p) for p in patterns]
         self.since = since
@@ -186,7 +213,7 @@ class ShellHistoryParser(BaseParser):
                 return []
         if self._muted or not self.is_launch(command):
             return []
-        gpus, model = launch_gpus(command)
+        gpus, model = launch_gpus(command, self.script_base)
         return [
             self.event(
                 EventKind.CUE,

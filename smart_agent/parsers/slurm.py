@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import tzinfo
 
 from predictors.types import Event, EventKind
 from smart_agent.parsers.base import BaseParser, to_int
+from smart_agent.parsers.slurm_table import (
+    NO_HEADER_HINT,
+    Layout,
+    infer_columns,
+    is_header,
+    job_ref,
+)
 from smart_agent.parsers.times import parse_duration, parse_time
 from smart_agent.redact import Redactor
+
+log = logging.getLogger(__name__)
+NO_STATE = "sacct rows without a State column: no job event can be read from them."
 
 PENDING, RUNNING, FINISHED = 0, 1, 2
 _STATES = {
@@ -23,7 +34,6 @@ PHASE: dict[str, int] = {code: phase for phase, codes in _STATES.items() for cod
 
 _TRES_GPU = re.compile(r"gres/gpu(?::(?P<model>[^=,:]+))?=(?P<n>\d{1,7})")
 _GRES_GPU = re.compile(r"gpu(?::(?P<model>[A-Za-z][\w.-]*))?[:=](?P<n>\d{1,7})")
-_STEP = re.compile(r"\.(?:\d+|batch|extern|interactive)$")
 
 
 def phase_of(state: str) -> int | None:
@@ -79,12 +89,17 @@ class JobPhases:
 
 
 class SacctParser(BaseParser):
-    """`sacct --parsable2` (pipe-separated, header line first; a header may come again when
-    the output of several runs is appended to one file). Each job (steps are skipped) gives
-    job_submitted, job_started and job_finished once each, as its state moves on; a job seen
-    first in a later state gets the earlier events too, at the times its row records.
+    """sacct output in every layout people save: `-P`, `-p` (trailing pipe), the default
+    fixed-width table (its dashes line gives the columns), and rows without a header
+    (`-n`): columns from `fields` (the `--format` list), else inferred from the row's shape
+    with a warning in `notes`. A header may come again when runs are appended to one file,
+    and a file rewritten in place is read again whole: both are diffed by job id and state.
 
-    Without a header line, pass the column names as `fields` (for `--noheader` output).
+    Each job (steps folded into it, het-job components into their job, a pending array
+    `123_[0-3]` not a job) gives job_submitted, job_started and job_finished once each, as
+    its state moves on, at the times its row states. A row without them gives events only
+    when `live` (a change seen as it happens, stamped with the read time); in a `baseline`
+    read (what was there before the agent looked) it teaches nothing but the job's state.
     """
 
     name = "sacct"
@@ -97,26 +112,60 @@ class SacctParser(BaseParser):
         tz: tzinfo | None = None,
         fields: Sequence[str] | None = None,
         max_jobs: int = 20_000,
+        baseline: bool = False,
     ) -> None:
         super().__init__(user, redactor=redactor, tz=tz)
         self.columns: dict[str, int] | None = None
+        self.configured = bool(fields)
         if fields:
-            self.columns = {name.strip().lower(): i for i, name in enumerate(fields)}
+            self.columns = _index(fields)
+        self.layout = Layout()
         self.jobs = JobPhases(max_jobs)
+        self.baseline = baseline
+        self.layout_name: str | None = "configured" if fields else None
+        self.notes: list[str] = []
+        self.max_jobs = max_jobs
+        # Each job's last row (for `jitgpu agent inspect`), bounded like `jobs`.
+        self.records: OrderedDict[str, dict[str, object]] = OrderedDict()
+
+    def caught_up(self, *, source: str, now: float) -> list[Event]:
+        self.baseline = False  # what is written from now on is seen as it happens
+        return []
 
     def _parse(self, line: str, source: str, now: float) -> list[Event] | None:
-        text = line.strip("\r\n")
+        text = line.rstrip("\r\n")
         if not text.strip():
             return []
-        cells = text.split("|")
-        head = cells[0].strip().lower()
-        if head in ("jobid", "jobidraw"):
-            self.columns = {name.strip().lower(): i for i, name in enumerate(cells)}
+        if self.layout.dashes(text):
+            self.layout_name = "fixed-width"
+            return []
+        cells = self.layout.split(text)
+        if is_header(cells):
+            if "|" in text:
+                self.layout.spans = None
+                self.layout_name = "pipe (-p)" if text.rstrip().endswith("|") else "pipe (-P)"
+            else:
+                self.layout_name = "fixed-width"
+            self.columns = _index(cells)
+            self.configured = False
             return []
         columns = self.columns
-        if columns is None or len(cells) < 2:
+        if columns is None or (not self.configured and self.layout_name == "inferred"):
+            names = infer_columns(cells)  # `-n -P` rows, or `-n` ones split at spaces
+            if names is None:
+                return None
+            if self.layout_name != "inferred":
+                self.layout_name = "inferred"
+                self.notes.append(NO_HEADER_HINT)
+                log.warning("%s: %s", source, NO_HEADER_HINT)
+            columns = _index(names)
+        if len(cells) < 2:
             return None
+        return self._row(cells, columns, source, now)
 
+    def _row(
+        self, cells: list[str], columns: dict[str, int], source: str, now: float
+    ) -> list[Event] | None:
         def cell(*names: str) -> str:
             for name in names:
                 index = columns.get(name)
@@ -124,19 +173,19 @@ class SacctParser(BaseParser):
                     return cells[index].strip()
             return ""
 
-        job_id = cell("jobid", "jobidraw")
-        if not job_id:
+        ref = job_ref(cell("jobid", "jobidraw"))
+        if ref is None:
             return None
-        if _STEP.search(job_id):
+        if ref.step:
             return []
-        phase = phase_of(cell("state"))
+        job_id = ref.job
+        state = cell("state")
+        phase = phase_of(state)
         if phase is None:
+            if "state" not in columns and NO_STATE not in self.notes:
+                self.notes.append(NO_STATE)  # said once; such rows cannot say what happened
             return None
-        gpus, model = gpus_in(cell("alloctres"))
-        if gpus is None:
-            gpus, model = gpus_in(cell("reqtres"))
-        if gpus is None:
-            gpus, model = gpus_in(cell("allocgres", "reqgres", "gres", "reqtres"))
+        gpus, model = _row_gpus(cell)
         submit = parse_time(cell("submit"), now, self.tz)
         start = parse_time(cell("start"), now, self.tz)
         end = parse_time(cell("end"), now, self.tz)
@@ -146,16 +195,32 @@ class SacctParser(BaseParser):
         if elapsed is None and start is not None and end is not None and end >= start:
             elapsed = end - start
         user = cell("user") or None
-        summary = describe_job(cell("jobname"), cell("partition"), cell("state"))
+        self.records[job_id] = {
+            "state": state,
+            "user": user,
+            "gpus": gpus,
+            "gpu_model": model,
+            "submit": submit,
+            "start": start,
+            "end": end,
+            "pending_array": ref.pending_array,
+        }
+        self.records.move_to_end(job_id)
+        if len(self.records) > self.max_jobs:
+            self.records.popitem(last=False)
+        if ref.pending_array:
+            return []  # its tasks report themselves, under their own ids, when they start
         seen = self.jobs.get(job_id)
         if phase <= seen:
             return []
         self.jobs.set(job_id, phase)
+        live = not self.baseline
+        summary = describe_job(cell("jobname"), cell("partition"), state)
 
-        def make(kind: EventKind, at: float | None, duration: float | None = None) -> Event:
+        def make(kind: EventKind, at: float, duration: float | None = None) -> Event:
             return self.event(
                 kind,
-                at if at is not None else now,
+                at,
                 source=source,
                 user=user,
                 gpus=gpus,
@@ -166,16 +231,47 @@ class SacctParser(BaseParser):
             )
 
         events = []
+        # The read time stands in for a missing time only for what is seen to happen now:
+        # a job new in this read and not finished yet, or a start or end just seen.
         if seen < PENDING:
-            events.append(make(EventKind.JOB_SUBMITTED, submit))
+            at = submit if submit is not None else (now if live and phase < FINISHED else None)
+            if at is not None:
+                events.append(make(EventKind.JOB_SUBMITTED, at))
         # A job cancelled while pending never started: no start event for it.
         if seen < RUNNING and (phase == RUNNING or start is not None):
-            events.append(make(EventKind.JOB_STARTED, start))
+            at = start if start is not None else (now if live and phase == RUNNING else None)
+            if at is not None:
+                events.append(make(EventKind.JOB_STARTED, at))
         if phase == FINISHED:
+            at = end if end is not None else (now if live and seen >= PENDING else None)
             if elapsed is None and start is None:
                 elapsed = 0.0
-            events.append(make(EventKind.JOB_FINISHED, end, elapsed))
+            if at is not None:
+                events.append(make(EventKind.JOB_FINISHED, at, elapsed))
         return events
+
+
+def _index(names: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i, name in enumerate(names):
+        key = name.strip().lower()
+        if key and key not in out:
+            out[key] = i
+    return out
+
+
+def _row_gpus(cell: Callable[..., str]) -> tuple[int | None, str | None]:
+    """GPUs of a row: allocated, else requested; 0 when the row names TRES without a GPU
+    (a CPU job), None when it has no TRES column to tell."""
+    tres = ""
+    for names in (("alloctres",), ("reqtres",), ("allocgres", "reqgres", "gres", "tresperjob")):
+        text = cell(*names)
+        if text:
+            tres = tres or text
+            gpus, model = gpus_in(text)
+            if gpus is not None:
+                return gpus, model
+    return (0 if tres else None), None
 
 
 def describe_job(name: str | None, partition: str | None, state: str | None) -> str | None:

@@ -17,6 +17,7 @@ from smart_agent.parsers.slurm import (
     gpus_in,
     phase_of,
 )
+from smart_agent.parsers.slurm_table import job_ref
 from smart_agent.parsers.times import parse_duration, parse_time
 from smart_agent.redact import Redactor
 
@@ -42,6 +43,7 @@ class _Job:
     gpus: int | None
     model: str | None
     elapsed: float | None
+    array: bool = False  # a pending array `123_[0-3]`: gone when its tasks start, not ended
 
 
 def _column(name: str) -> str:
@@ -64,9 +66,12 @@ class SqueueParser(BaseParser):
         redactor: Redactor | None = None,
         tz: tzinfo | None = None,
         max_jobs: int = 20_000,
+        baseline: bool = False,
     ) -> None:
         super().__init__(user, redactor=redactor, tz=tz)
         self.max_jobs = max_jobs
+        # Reading what was written before the agent looked: events only at stated times.
+        self.baseline = baseline
         self.columns: list[str] | None = None
         self.pipe = False
         self.snapshots = 0  # headers seen
@@ -96,15 +101,12 @@ class SqueueParser(BaseParser):
         return self._row(row, source, now)
 
     def _row(self, row: dict[str, str], source: str, now: float) -> list[Event] | None:
-        job_id = row.get("JOBID", "")
+        ref = job_ref(row.get("JOBID", ""))
         phase = phase_of(row.get("ST", ""))
-        if not job_id or phase is None:
+        if ref is None or ref.step or phase is None:
             return None
-        nodes = to_int(row.get("NODES")) or 1
-        gpus, model = gpus_in(row.get("TRES_ALLOC") or row.get("TRES_PER_JOB"))
-        if gpus is None:
-            gpus, model = gpus_in(row.get("TRES_PER_NODE"))
-            gpus = gpus * nodes if gpus else None
+        job_id = ref.job
+        gpus, model = _row_gpus(row)
         elapsed = parse_duration(row.get("TIME"))
         user = row.get("USER") or None
         summary = describe_job(row.get("NAME"), row.get("PARTITION"), row.get("ST"))
@@ -113,13 +115,20 @@ class SqueueParser(BaseParser):
         if before is None and len(self.known) >= self.max_jobs:
             return []
         self.known[job_id] = _Job(
-            max(phase, before.phase if before else -1), user, gpus, model, elapsed
+            max(phase, before.phase if before else -1),
+            user,
+            gpus,
+            model,
+            elapsed,
+            ref.pending_array,
         )
+        if ref.pending_array:
+            return []  # its tasks report themselves when they start
         if self.snapshots <= 1 or (before is not None and phase <= before.phase):
             return []  # the baseline, or nothing new
         seen = before.phase if before is not None else -1
         submit = parse_time(row.get("SUBMIT"), now, self.tz)
-        start = parse_time(row.get("START"), now, self.tz)
+        start = stated_start = parse_time(row.get("START"), now, self.tz)
         if start is None and phase == RUNNING and elapsed is not None:
             start = now - elapsed
         events = []
@@ -137,21 +146,31 @@ class SqueueParser(BaseParser):
                 text=summary,
             )
 
-        if seen < PENDING:
+        live = not self.baseline
+        if not live:
+            start = stated_start  # not one derived from the read time
+        if seen < PENDING and (submit is not None or live):
             events.append(make(EventKind.JOB_SUBMITTED, submit))
-        if seen < RUNNING <= phase:
+        if seen < RUNNING <= phase and (start is not None or live):
             events.append(make(EventKind.JOB_STARTED, start))
-        if phase == FINISHED:
+        if phase == FINISHED and live:
             events.append(make(EventKind.JOB_FINISHED, now, elapsed))
         return events
+
+    def caught_up(self, *, source: str, now: float) -> list[Event]:
+        self.baseline = False  # what is written from now on is seen as it happens
+        return []
 
     def _end_snapshot(self, source: str, now: float) -> list[Event]:
         """Jobs tracked but absent from the snapshot just ended have finished."""
         events: list[Event] = []
-        if self.snapshots:
+        if self.snapshots and self.baseline:
+            for job_id in [j for j in self.known if j not in self.current]:
+                del self.known[job_id]  # ended at a time no snapshot states
+        elif self.snapshots:
             for job_id in [j for j in self.known if j not in self.current]:
                 job = self.known.pop(job_id)
-                if job.phase >= FINISHED:
+                if job.phase >= FINISHED or job.array:
                     continue
                 events.append(
                     self.event(
@@ -167,3 +186,17 @@ class SqueueParser(BaseParser):
                 )
         self.current = set()
         return events
+
+
+def _row_gpus(row: dict[str, str]) -> tuple[int | None, str | None]:
+    """GPUs of a row: per job, else per node times nodes; 0 when the allocated TRES, or both
+    per-job and per-node TRES, name no GPU (a CPU job); None when the snapshot cannot tell
+    (default `squeue`, or `%b` alone: `--gpus` shows only in the per-job column)."""
+    nodes = to_int(row.get("NODES")) or 1
+    gpus, model = gpus_in(row.get("TRES_ALLOC") or row.get("TRES_PER_JOB"))
+    if gpus is None:
+        gpus, model = gpus_in(row.get("TRES_PER_NODE"))
+        gpus = gpus * nodes if gpus else None
+    if gpus is None and ("TRES_ALLOC" in row or ("TRES_PER_JOB" in row and "TRES_PER_NODE" in row)):
+        return 0, None
+    return gpus, model

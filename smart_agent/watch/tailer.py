@@ -89,6 +89,7 @@ class FileTailer:
         self.clock = clock
         self.stats = TailStats()
         self.more = False  # the last poll stopped at max_poll_bytes: poll again soon
+        self.grew_at = float("-inf")  # clock time bytes were last read
         self._reader: _Reader | None = None
         self._ident: tuple[int, int] | None = None  # the file followed, open or not
         self._offset = 0
@@ -128,10 +129,12 @@ class FileTailer:
             elif changed:
                 if self._reader is None:
                     self._reopen()
-                if st.st_size < self._offset or not self._same_head():
+                if st.st_size < self._offset or not self._same_head() or not self._same_tail():
                     self._truncated()
             if self._reader is not None and changed:
                 read, eof = self._read(self._reader, budget)
+                if read:
+                    self.grew_at = self.clock()
                 self._offset = self._reader.offset
                 self.more = not eof
                 if eof and (read or self._rewound):
@@ -140,6 +143,23 @@ class FileTailer:
         elif self._ident is not None:
             self._rotated()  # deleted or renamed away, nothing in its place yet
         self._started = True
+        return self.stats.lines - before
+
+    @property
+    def has_partial(self) -> bool:
+        """Bytes of an unterminated last line are waiting for their newline."""
+        reader = self._reader
+        return reader is not None and bool(reader.buf) and not reader.skipping
+
+    def flush_partial(self) -> int:
+        """The writer has been quiet: deliver the unterminated last line (a crash log's
+        last words often have no newline). What the writer adds to it later comes as a
+        line of its own. Returns the number of lines delivered (0 or 1)."""
+        reader = self._reader
+        if reader is None or not reader.buf or reader.skipping:
+            return 0
+        before = self.stats.lines
+        self._flush(reader)
         return self.stats.lines - before
 
     def close(self) -> None:
@@ -302,6 +322,18 @@ class FileTailer:
             return False
         self._head = head
         return True
+
+    def _same_tail(self) -> bool:
+        """Whether the bytes read last are still where they were: a file rewritten in
+        place (`sacct > file` from cron or `watch`) that grew is not an append."""
+        reader = self._reader
+        if reader is None or not reader.last or reader.offset < len(reader.last):
+            return True
+        at = reader.offset - len(reader.last)
+        try:
+            return os.pread(reader.fd, len(reader.last), at) == reader.last
+        except OSError:
+            return True
 
     def _drain(self) -> int:
         """Read the rotated-away file; close it when its grace time is over."""

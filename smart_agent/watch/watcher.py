@@ -92,6 +92,8 @@ class Watcher:
         max_line_bytes: int = 64 * 1024,
         idle_close_s: float = 300.0,
         notify_writes: bool = False,
+        quiet_s: float = 5.0,
+        from_start: Callable[[WatchSpec, Path], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.specs = list(specs)
@@ -105,6 +107,9 @@ class Watcher:
         self.max_line_bytes = max_line_bytes
         self.idle_close_s = idle_close_s
         self.notify_writes = notify_writes
+        self.quiet_s = quiet_s
+        # Files read from their start though not backfilled (job tables: see snapshot.py).
+        self.from_start = from_start
         self.clock = clock
         self.stats = WatchStats()
         self.tailers: dict[Path, tuple[WatchSpec, FileTailer]] = {}
@@ -202,6 +207,8 @@ class Watcher:
             log.warning("reading %s failed", path, exc_info=True)
             return 0
         spec, tailer = entry
+        if tailer.has_partial and now - tailer.grew_at >= self.quiet_s:
+            count += tailer.flush_partial()  # a last line without newline, writer quiet
         if count or (tailer.is_open and path not in self._active):
             self._active[path] = now
         if tailer.more:
@@ -253,7 +260,9 @@ class Watcher:
         tailer = FileTailer(
             path,
             lambda p, text, s=spec: self.on_line(s, p, text),
-            from_end=not spec.backfill,
+            from_end=not (
+                spec.backfill or (self.from_start is not None and self.from_start(spec, path))
+            ),
             max_line_bytes=self.max_line_bytes,
             on_notice=None
             if self.on_notice is None

@@ -64,6 +64,7 @@ class Api:
                 "max_hold_ttl_s",
                 "allowed_warmups",
                 "holds_may_preempt_holds",
+                "idle_budget",
             )
         }
         body.update(values)

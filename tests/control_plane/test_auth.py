@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.control_plane.conftest import ADMIN, Api
+from tests.support.nodes import enrol_node
 
 
 def test_no_header_is_401(api: Api) -> None:
@@ -43,17 +44,18 @@ def test_tenant_key_on_admin_route_is_403(api: Api) -> None:
     assert api.http.get("/v1/nodes", headers=headers).status_code == 403
 
 
-def test_node_token_cannot_act_as_tenant_or_admin(api: Api) -> None:
-    token = api.http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
-    node_headers = {"Authorization": f"Bearer {token}"}
+def test_node_credential_cannot_act_as_tenant_or_admin(api: Api) -> None:
+    node = enrol_node(api.http, "n1", ADMIN)
+    node_headers = node.headers
     assert (
         api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=node_headers).status_code
         == 403
     )
     assert api.http.get("/v1/tenants", headers=node_headers).status_code == 403
-    # ...but may register a node.
+    # ...but may register its own node.
     body = {"name": "n1", "gpus": [{"uuid": "GPU-x", "model": "A100", "memory_mb": 1}]}
-    assert api.http.post("/v1/nodes", json=body, headers=node_headers).status_code == 201
+    r = api.http.post("/v1/nodes", json=body, headers=node_headers)
+    assert r.status_code == 201 and r.json()["id"] == node.node_id
 
 
 def test_keys_are_hashed_at_rest_and_listing_shows_no_secret(api: Api, db) -> None:  # type: ignore[no-untyped-def]

@@ -107,19 +107,22 @@ def test_idempotent_claim_has_one_effect(api: Api) -> None:
 def test_idempotency_key_is_refused_where_the_answer_is_a_secret(api: Api) -> None:
     tenant_id, _ = api.tenant()
     keyed = {**ADMIN, "Idempotency-Key": "k-1"}
-    for path, listing in (
-        (f"/v1/tenants/{tenant_id}/api-keys", f"/v1/tenants/{tenant_id}/api-keys"),
-        ("/v1/node-tokens", "/v1/node-tokens"),
+    node = api.node("n1", gpus=1)
+    for path, listing, body in (
+        (f"/v1/tenants/{tenant_id}/api-keys", f"/v1/tenants/{tenant_id}/api-keys", {"label": "ci"}),
+        ("/v1/node-tokens", "/v1/node-tokens", {"node_name": "n2"}),
+        ("/v1/nodes/enrol", "/v1/node-tokens", {"name": "n3"}),
+        (f"/v1/nodes/{node['id']}/credentials", "/v1/node-tokens", None),
     ):
-        before = len(api.http.get(listing, headers=ADMIN).json())
+        before = api.http.get(listing, headers=ADMIN).json()
         for _ in range(2):
-            r = api.http.post(path, json={"label": "ci"}, headers=keyed)
+            r = api.http.post(path, json=body, headers=keyed)
             assert r.status_code == 400, r.text
             error = r.json()["error"]
             assert error["code"] == "idempotency_not_supported"
             assert error["field"] == "Idempotency-Key" and "Idempotency-Key" in error["message"]
-        assert len(api.http.get(listing, headers=ADMIN).json()) == before
-        assert api.http.post(path, json={"label": "ci"}, headers=ADMIN).status_code == 201
+        assert api.http.get(listing, headers=ADMIN).json() == before
+        assert api.http.post(path, json=body, headers=ADMIN).status_code == 201
 
 
 def test_concurrent_burst_never_takes_a_tenant_over_its_quota(api: Api, db: Database) -> None:

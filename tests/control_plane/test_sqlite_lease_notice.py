@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,10 @@ from control_plane.db.migrate import upgrade
 from control_plane.jobs import leader
 from control_plane.jobs.runner import JobRunner
 from tests.conftest import ADMIN_TOKEN, FakeClock
+from tests.support.procs import wait_for
+
+# The lease runs on the database's clock (real time), whatever the replica's clock says.
+TODAY = datetime.now(UTC).date().isoformat()
 
 
 @pytest.fixture
@@ -54,18 +60,24 @@ def test_lease_left_by_a_killed_run_is_named_as_such(
     sqlite_db: Database, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     previous = f"{socket.gethostname()}:{_dead_pid()}:abc123"
-    assert leader.acquire(sqlite_db, holder=previous, now=clock.now, ttl_s=3.0)
+    assert leader.acquire(sqlite_db, holder=previous, ttl_s=3.0)
     runner = _runner(sqlite_db, clock)
     with caplog.at_level(logging.INFO, logger="jitgpu.jobs"):
         runner.renew()
     said = _messages(caplog)
     assert "previous run" in said and previous in said
-    assert "2026-09-21T" in said and "in 3.0s" in said  # when, in UTC, and how long
+    # When, in UTC, and how long (by the database's clock: a moment has passed since).
+    assert f"{TODAY}T" in said and re.search(r"in (2\.\d|3\.0)s", said)
     assert "another server" not in said and "SQLite supports one replica" not in said
     assert not any(r.levelno >= logging.WARNING for r in caplog.records)
     assert not runner.is_leader
     clock.advance(3.1)
-    runner.renew()
+
+    def took_over() -> bool:
+        runner.renew()
+        return runner.is_leader
+
+    wait_for(took_over, timeout=10, what="the expired lease to pass to the new run")
     assert runner.is_leader and leader.holder_of(sqlite_db)[0] == runner.holder  # type: ignore[index]
 
 
@@ -75,12 +87,12 @@ def test_lease_of_a_live_process_warns_with_holder_and_expiry(
     # This very process is alive: it could be a second server, so the warning stays, but it
     # says who and until when, and that it may only be a previous run.
     other = f"{socket.gethostname()}:{os.getpid()}:live99"
-    assert leader.acquire(sqlite_db, holder=other, now=clock.now, ttl_s=3.0)
+    assert leader.acquire(sqlite_db, holder=other, ttl_s=3.0)
     with caplog.at_level(logging.INFO, logger="jitgpu.jobs"):
         _runner(sqlite_db, clock).renew()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, _messages(caplog)
-    assert other in warnings[0] and "held until 2026-09-21T" in warnings[0]
+    assert other in warnings[0] and f"held until {TODAY}T" in warnings[0]
     assert "previous run" in warnings[0] and "SQLite supports one replica" in warnings[0]
 
 
@@ -88,7 +100,7 @@ def test_lease_of_another_host_warns(
     sqlite_db: Database, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     other = "some-other-host:1:abcdef"
-    assert leader.acquire(sqlite_db, holder=other, now=clock.now, ttl_s=3.0)
+    assert leader.acquire(sqlite_db, holder=other, ttl_s=3.0)
     with caplog.at_level(logging.INFO, logger="jitgpu.jobs"):
         _runner(sqlite_db, clock).renew()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

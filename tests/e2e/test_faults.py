@@ -17,6 +17,7 @@ from control_plane.jobs import leader
 from tests.conftest import ADMIN_TOKEN
 from tests.e2e.test_concurrency import _check_database
 from tests.e2e.test_node_agents import start_agent
+from tests.support.nodes import enrol_token
 from tests.support.pg import TempPostgres
 from tests.support.procs import Proc, ServerProc, wait_for
 
@@ -190,8 +191,10 @@ def test_two_replicas_leader_killed_other_takes_the_jobs(
         other = next(r for r in replicas if r is not lead)
         # Real node agents, heartbeating to the replica that will survive.
         with other.admin() as admin:
-            token = admin.post("/v1/node-tokens").json()["key"]
-        agents = [start_agent(tmp_path, other, token, f"node-{n}", 8, "leaf0") for n in range(2)]
+            tokens = [enrol_token(admin, f"node-{n}", {}) for n in range(2)]
+        agents = [
+            start_agent(tmp_path, other, tokens[n], f"node-{n}", 8, "leaf0") for n in range(2)
+        ]
         procs += agents
 
         def nodes_online() -> bool:

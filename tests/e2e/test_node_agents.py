@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.node_agent.helpers import gone
+from tests.support.nodes import enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -47,12 +48,13 @@ def agent_config(tmp: Path, name: str) -> Path:
 
 
 def start_agent(tmp: Path, server: ServerProc, token: str, name: str, gpus: int, leaf: str) -> Proc:
+    """A `jitgpu node` that enrols with `token` once and keeps its credential in its cache."""
     args = [
         *JITGPU,
         "node",
         "--server",
         server.url,
-        "--token",
+        "--enrol-token",
         token,
         "--name",
         name,
@@ -73,14 +75,17 @@ def test_two_node_agents_warm_claim_fail_over_and_survive_a_restart(tmp_path: Pa
     procs: list[Proc] = [server]
     try:
         admin = server.admin()
-        token = admin.post("/v1/node-tokens").json()["key"]
         tenant_id = admin.post("/v1/tenants", json={"name": "e2e", "quota_gpus": 8}).json()["id"]
         key = admin.post(f"/v1/tenants/{tenant_id}/api-keys").json()["key"]
         user = server.admin()
         user.headers["Authorization"] = f"Bearer {key}"
 
-        node_a = start_agent(tmp_path, server, token, "node-a", 3, "leaf0")
-        node_b = start_agent(tmp_path, server, token, "node-b", 1, "leaf1")
+        node_a = start_agent(
+            tmp_path, server, enrol_token(admin, "node-a", {}), "node-a", 3, "leaf0"
+        )
+        node_b = start_agent(
+            tmp_path, server, enrol_token(admin, "node-b", {}), "node-b", 1, "leaf1"
+        )
         procs += [node_a, node_b]
 
         def nodes() -> dict[str, dict]:

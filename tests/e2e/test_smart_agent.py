@@ -23,6 +23,7 @@ import yaml
 from fastapi import FastAPI, Request, Response
 
 from tests.conftest import ADMIN_TOKEN
+from tests.support.nodes import enrol_token
 from tests.support.pg import free_port
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
@@ -156,7 +157,7 @@ def cluster(tmp_path: Path) -> Iterator[dict]:
         with server.admin() as admin:
             tenant = admin.post("/v1/tenants", json={"name": "alice", "quota_gpus": 4}).json()
             key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
-            node_token = admin.post("/v1/node-tokens").json()["key"]
+            enrol = enrol_token(admin, "sim-1", {})
         (tmp_path / "node.yaml").write_text(
             yaml.safe_dump(
                 {
@@ -180,7 +181,7 @@ def cluster(tmp_path: Path) -> Iterator[dict]:
                 str(tmp_path / "node.yaml"),
             ],
             log=tmp_path / "node.log",
-            env={"JITGPU_NODE_TOKEN": node_token},
+            env={"JITGPU_ENROL_TOKEN": enrol},
         ).start()
         procs.append(node)
         with server.admin() as admin:

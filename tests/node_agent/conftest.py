@@ -18,18 +18,22 @@ from control_plane.node_agent.client import ControlPlane
 from control_plane.node_agent.simulated import SimulatedBackend
 from tests.conftest import ADMIN_TOKEN, FakeClock
 from tests.node_agent.helpers import base_env, make_config
+from tests.support.nodes import enrol_token
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @dataclass
 class ControlPlaneApp:
-    """The app, its client, a node token and one tenant's key."""
+    """The app, its client and one tenant's key."""
 
     http: TestClient
     clock: FakeClock
-    node_token: str
     tenant: dict[str, str] = field(default_factory=dict)
+    db: Database | None = None
+
+    def enrol_token(self, name: str) -> str:
+        return enrol_token(self.http, name, ADMIN)
 
     def get(self, path: str) -> Any:
         r = self.http.get(path, headers=ADMIN)
@@ -67,10 +71,9 @@ def start_app(tmp_path: Path, name: str = "jitgpu.db") -> tuple[TestClient, Fake
 def cp(tmp_path: Path) -> Iterator[ControlPlaneApp]:
     http, clock, db = start_app(tmp_path)
     with http:
-        token = http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
         tenant = http.post("/v1/tenants", json={"name": "t1", "quota_gpus": 8}, headers=ADMIN)
         key = http.post(f"/v1/tenants/{tenant.json()['id']}/api-keys", headers=ADMIN).json()
-        yield ControlPlaneApp(http, clock, token, tenant={"Authorization": f"Bearer {key['key']}"})
+        yield ControlPlaneApp(http, clock, db=db, tenant={"Authorization": f"Bearer {key['key']}"})
     db.dispose()
 
 
@@ -82,6 +85,10 @@ def make_agent(cp: ControlPlaneApp, tmp_path: Path) -> Iterator[AgentFactory]:
     made: list[Agent] = []
 
     def factory(name: str = "node-1", gpus: int = 2, **values: Any) -> Agent:
+        # Each agent enrols itself, as `jitgpu node` does with JITGPU_ENROL_TOKEN; one made
+        # again under a name finds that node's stored credential and uses it.
+        values.setdefault("enrol_token", cp.enrol_token(name))
+        env = values.pop("env", None)
         cfg = make_config(tmp_path, simulated={"count": gpus, "model": "A100"}, **values)
         backend = SimulatedBackend(
             node=name,
@@ -91,8 +98,8 @@ def make_agent(cp: ControlPlaneApp, tmp_path: Path) -> Iterator[AgentFactory]:
             faults_file=tmp_path / f"faults-{name}.json",
             env={},
         )
-        client = ControlPlane("http://testserver", cp.node_token, http=cp.http)
-        agent = Agent(cfg, backend, client, name=name, env=base_env())
+        client = ControlPlane("http://testserver", "", http=cp.http)
+        agent = Agent(cfg, backend, client, name=name, env=base_env() if env is None else env)
         made.append(agent)
         return agent
 

@@ -17,6 +17,7 @@ from tests.node_agent.conftest import (
     start_app,
 )
 from tests.node_agent.helpers import gone, read_pid
+from tests.support.nodes import enrol_token
 from tests.support.procs import wait_for
 
 
@@ -237,7 +238,7 @@ def test_re_registration_never_duplicates_gpus(
     assert len(cp.get("/v1/gpus")) == 2 and len(cp.get("/v1/nodes")) == 1
 
 
-def test_unknown_node_on_heartbeat_registers_again(
+def test_a_replaced_database_enrols_the_node_again(
     cp: ControlPlaneApp, make_agent: AgentFactory, tmp_path: Path
 ) -> None:
     agent = make_agent("node-1")
@@ -245,8 +246,12 @@ def test_unknown_node_on_heartbeat_registers_again(
     old_id = agent.node_id
     fresh, _, db = start_app(tmp_path, "replaced.db")  # the database was replaced
     with fresh:
-        token = fresh.post("/v1/node-tokens", headers=ADMIN).json()["key"]
-        agent.client = ControlPlane("http://testserver", token, http=fresh)
+        # Its credential died with the old database: a new enrolment token enrols it again.
+        agent.cfg = agent.cfg.model_copy(
+            update={"enrol_token": enrol_token(fresh, "node-1", ADMIN)}
+        )
+        agent.client = ControlPlane("http://testserver", "stale", http=fresh)
+        agent.client.set_token(agent.credentials.load().credential)  # type: ignore[union-attr]
         agent.round()
         nodes = fresh.get("/v1/nodes", headers=ADMIN).json()
     db.dispose()

@@ -48,7 +48,8 @@ class _Recorder:
         return gpus
 
     def held_gpus(self, user: str) -> int:
-        return 0
+        # One GPU per hold asked for whose window is still open (nothing is ever claimed).
+        return sum(1 for _, at, ttl in self.holds if at + ttl > self.now)
 
     def extend(self, user: str, until: float) -> None:
         pass
@@ -63,8 +64,29 @@ def _decisions(policy: HybridHistogram, jobs: list[Job]) -> _Recorder:
         ctl.now, ctl._seq = job.submit, job.seq
         policy.on_arrival(job, job.submit, ctl)
     for job in jobs:
-        policy.on_finish(job, job.submit + job.duration, ctl)
+        ctl.now = job.submit + job.duration
+        policy.on_finish(job, ctl.now, ctl)
     return ctl
+
+
+def test_a_windowed_job_keeps_its_own_gpus_where_no_hold_covers_it_until_the_window_closes() -> (
+    None
+):
+    policy = HybridHistogram(range_s=600.0)
+    jobs = _user_jobs(PEAKED_GAPS)
+    ctl = _decisions(policy, jobs[:6])
+    assert (5, 150.0, pytest.approx(66.0)) in ctl.holds
+    # The window's hold was claimed (here: forgotten), the job ends at 160: it keeps its own
+    # GPU to 216 s, the window's close, instead of letting a new one warm.
+    ctl.holds.clear()
+    policy._windowed[99] = 216.0
+    ctl.now = 160.0
+    policy.on_finish(Job(99, "j99", "a", 150.0, 1, 10.0), 160.0, ctl)
+    assert ctl.retains[-1] == (99, pytest.approx(56.0))
+    # After the window closed it keeps nothing.
+    policy._windowed[98] = 216.0
+    policy.on_finish(Job(98, "j98", "a", 150.0, 1, 100.0), 250.0, ctl)
+    assert ctl.retains[-1] == (99, pytest.approx(56.0))
 
 
 def _run(jobs: list[Job], spec: str) -> dict[str, Any]:
@@ -85,6 +107,7 @@ def test_the_same_gaps_in_one_bin_or_under_a_lower_threshold_open_windows() -> N
     peaked = _decisions(HybridHistogram(range_s=600.0), _user_jobs(PEAKED_GAPS))
     # Head bin 0 (pre-warm at once), tail bin 0: keep to 60 s * 1.1.
     assert peaked.holds == [(5, 150.0, pytest.approx(66.0)), (6, 180.0, pytest.approx(66.0))]
+    # The windowed jobs 5 and 6 keep nothing of their own: their windows' holds cover them.
     assert peaked.retains == [(seq, 600.0) for seq in range(5)]
     # The flat gaps pass a threshold of 0.5: the threshold is what stopped them.
     low = _decisions(HybridHistogram(range_s=600.0, cv_threshold=0.5), _user_jobs(FLAT_GAPS))

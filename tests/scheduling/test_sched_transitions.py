@@ -47,6 +47,8 @@ LEGAL = {
         (A.ALLOCATED, A.RELEASED),
         (A.ALLOCATED, A.EXPIRED),
         (A.ALLOCATED, A.LOST),
+        # Its node came back within the lease, the GPUs still free.
+        (A.LOST, A.ALLOCATED),
     },
     "node": {
         (N.REGISTERING, N.ONLINE),

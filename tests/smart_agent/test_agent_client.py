@@ -137,13 +137,22 @@ def test_secrets_are_asked_for_once_and_without_an_idempotency_key(
         return httpx.Response(503, json={"error": {"code": "x", "message": "lost"}})
 
     with Client(url, ADMIN_TOKEN, retry=NO_WAIT, transport=httpx.MockTransport(lossy)) as admin:
-        for mint in (lambda: admin.create_api_key("tnt_x"), admin.create_node_token):
+        for mint in (
+            lambda: admin.create_api_key("tnt_x"),
+            lambda: admin.create_node_token("n1"),
+            lambda: admin.enrol_node("n1"),
+        ):
             with pytest.raises(JitgpuError):
                 mint()
-    assert [r.url.path for r in seen] == ["/v1/tenants/tnt_x/api-keys", "/v1/node-tokens"]
+    assert [r.url.path for r in seen] == [
+        "/v1/tenants/tnt_x/api-keys",
+        "/v1/node-tokens",
+        "/v1/nodes/enrol",
+    ]
     assert not [r for r in seen if "idempotency-key" in r.headers]
     with Client(url, ADMIN_TOKEN) as admin:  # and the real server accepts them so
-        assert admin.create_node_token(label="n").key
+        assert admin.create_node_token("n1", label="n").key.startswith("jge_")
+        assert admin.enrol_node("n1").credential.startswith("jgn_")
 
 
 def test_the_readmes_examples_run(live: tuple[str, str]) -> None:

@@ -153,3 +153,26 @@ def test_planted_secrets_never_reach_an_event(template, kind, data, s1, s2) -> N
     events += parser.parse(line, source="f", now=NOW)
     assert secret.replace("|", " ") not in reprs(events)
     assert json.dumps(secret)[1:-1] not in reprs(events)
+
+
+@SETTINGS
+@given(
+    st.lists(st.lists(FIELD, min_size=1, max_size=14), max_size=6),
+    st.sampled_from(["|", "  "]),
+    st.booleans(),
+)
+def test_slurm_tables_without_header_or_in_fixed_width(
+    rows: list[list[str]], sep: str, fixed: bool
+) -> None:
+    """No header (columns inferred from each row) or a fixed-width header with its dashes
+    line: any rows, never an error, and every event's job id is a Slurm job id."""
+    from smart_agent.parsers import SacctParser
+
+    parser = SacctParser("me", baseline=True)
+    lines = [sep.join(["1" if i == 0 else c for i, c in enumerate(row)]) for row in rows]
+    if fixed:
+        lines = ["JobID    JobName  State", "-------- -------- ----------", *lines]
+    for line in lines:
+        for event in parser.parse(line, source="f", now=NOW):
+            assert event.job_id is not None and event.job_id.split("_")[0].isdigit()
+    assert parser.stats.errors == 0

@@ -62,10 +62,16 @@ def test_sacct_history_appended_twice() -> None:
     assert parser.stats.unknown == 0 and parser.stats.errors == 0
 
 
-def test_sacct_needs_a_header_or_given_fields() -> None:
+def test_sacct_without_header_infers_columns_or_takes_given_fields() -> None:
     row = "77|alice|2024-05-01T08:00:00|RUNNING|gres/gpu=2"
     parser = SacctParser("me")
-    assert parser.parse(row, source="s", now=NOW) == []
+    inferred = feed(parser, [row])
+    # Inferred from the shape, with a warning: the job, its state, time and GPUs, but not
+    # whose job it is (that takes the configured fields).
+    assert brief(inferred) == [("job_submitted", "77"), ("job_started", "77")]
+    assert inferred[0].at == t("2024-05-01 08:00:00") and inferred[0].gpus == 2
+    assert parser.layout_name == "inferred" and "sacct_fields" in parser.notes[0]
+    assert parser.parse("not a job|x", source="s", now=NOW) == []
     assert parser.stats.unknown == 1
     parser = SacctParser("me", fields=["JobID", "User", "Submit", "State", "AllocTRES"])
     assert brief(feed(parser, [row])) == [("job_submitted", "77"), ("job_started", "77")]
@@ -84,7 +90,9 @@ def test_sacct_odd_rows() -> None:
             "short",
         ],
     )
-    assert brief(events) == [("job_submitted", "89"), ("job_started", "89"), ("job_finished", "89")]
+    # No Submit column: a job first seen finished is no arrival, and the read time is not
+    # its submit time; its start and end are the times its row states.
+    assert brief(events) == [("job_started", "89"), ("job_finished", "89")]
     assert events[-1].duration_s == 600 and events[-1].gpus == 2 and events[-1].gpu_model == "v100"
     assert parser.stats.unknown == 3
 

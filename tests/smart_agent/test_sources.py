@@ -59,7 +59,7 @@ def test_defaults() -> None:
         (
             "watch:\n  - path: /x\n    parsr: plain\n",
             "key 'watch.0.parsr': unknown key; allowed keys here: backfill, exclude, include, "
-            "parser, path, polling, recursive, t0",
+            "parser, path, polling, recursive, sacct_fields, t0",
         ),
         (
             "watch:\n  - path: /x\n    parser: xml\n",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin
+from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin, this_node
 from control_plane.api.errors import ERROR_RESPONSES
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold
+from control_plane.schemas.backends import BackendEvent, BackendEventReply
 from control_plane.schemas.nodes import (
     Gpu,
     Heartbeat,
@@ -17,7 +18,7 @@ from control_plane.schemas.nodes import (
     TaskReport,
     WarmupReport,
 )
-from control_plane.services import holds, nodes, tasks
+from control_plane.services import backend_events, holds, nodes, tasks
 from control_plane.services.auth import Principal
 
 router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERROR_RESPONSES)
@@ -28,9 +29,9 @@ def register_node(
     body: NodeRegister,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    who: Principal = Depends(node_or_admin),
 ) -> Node:
-    return nodes.register(db, body=body, now=clock())
+    return nodes.register(db, body=body, now=clock(), as_node=who.node_id)
 
 
 @router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)
@@ -40,7 +41,7 @@ def heartbeat(
     body: Heartbeat | None = None,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> HeartbeatReply:
     return nodes.heartbeat(
         db,
@@ -58,10 +59,27 @@ def report_warmup(
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Hold:
     with db.write(placement=True) as session:
         result = holds.report_warmup(
+            session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
+        )
+    return result
+
+
+@router.post("/nodes/{node_id}/holds/{hold_id}/backend-event", response_model=BackendEventReply)
+def report_backend_event(
+    node_id: IdPath,
+    hold_id: IdPath,
+    body: BackendEvent,
+    db: Database = Depends(get_db),
+    clock=Depends(get_clock),
+    _: Principal = Depends(this_node),
+) -> BackendEventReply:
+    """A scheduler backend (Slurm) saw the hold claimed by a job, or lost it."""
+    with db.write(placement=True) as session:
+        result = backend_events.report(
             session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
         )
     return result
@@ -74,7 +92,7 @@ def report_task(
     body: TaskReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Allocation:
     with db.write(placement=True) as session:
         result = tasks.report(
@@ -90,7 +108,7 @@ def report_allocation_warmup(
     body: WarmupReport,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
-    _: Principal = Depends(node_or_admin),
+    _: Principal = Depends(this_node),
 ) -> Allocation:
     with db.write() as session:
         result = tasks.report_warmup(
@@ -127,7 +145,7 @@ def list_nodes(db: Database = Depends(get_db), _: Principal = Depends(admin)) ->
 
 @router.get("/nodes/{node_id}", response_model=Node)
 def get_node(
-    node_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(node_or_admin)
+    node_id: IdPath, db: Database = Depends(get_db), _: Principal = Depends(this_node)
 ) -> Node:
     return nodes.get_node(db, node_id=node_id)
 

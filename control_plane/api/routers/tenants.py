@@ -1,4 +1,4 @@
-"""Admin routes for tenants, their API keys, node tokens; policies readable by their tenant."""
+"""Admin routes for tenants and their API keys; policies readable by their tenant."""
 
 from __future__ import annotations
 
@@ -99,29 +99,6 @@ def revoke_api_key(
     info = tenants.revoke_api_key(db, tenant_id=tenant_id, key_id=key_id, now=clock())
     request.app.state.key_cache.clear()
     return info
-
-
-@router.post(
-    "/node-tokens",
-    status_code=201,
-    response_model=ApiKeyCreated,
-    tags=["nodes"],
-    dependencies=[Depends(no_idempotency_key)],
-)
-def create_node_token(
-    body: ApiKeyCreate | None = None,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
-    _: Principal = Depends(admin),
-) -> ApiKeyCreated:
-    return tenants.create_node_token(db, body=body or ApiKeyCreate(), now=clock())
-
-
-@router.get("/node-tokens", response_model=list[ApiKeyInfo], tags=["nodes"])
-def list_node_tokens(
-    db: Database = Depends(get_db), _: Principal = Depends(admin)
-) -> list[ApiKeyInfo]:
-    return tenants.list_node_tokens(db)
 
 
 @router.get("/policies/{tenant_id}", response_model=TenantPolicyInfo, tags=["policies"])

@@ -1,0 +1,153 @@
+"""`--policy default`: the agent's default forecast family, its price steered by an idle budget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from control_plane.replay.forecast import Forecaster, ForecastPolicy, flag
+from control_plane.replay.policies import (
+    Control,
+    Policy,
+    number,
+    parse_options,
+    register_policy,
+)
+from control_plane.replay.predictor_policies import (
+    ADAPTER,
+    BURST_OPTIONS,
+    MAX_CLUMP_JOBS,
+    adapt,
+    burst_predictor,
+    bursts_in,
+)
+from control_plane.replay.session_policy import (
+    SESSION_OPTIONS,
+    MergedForecaster,
+    follow_cold_start,
+    session_model,
+)
+from control_plane.replay.trace import Job
+from predictors.budget import (
+    DEFAULT_BUDGET,
+    DEFAULT_PRICE,
+    DEFAULT_WINDOW_S,
+    MAX_PRICE,
+    MIN_PRICE,
+    BudgetController,
+)
+from predictors.burst import BurstPredictor
+
+# The default family and its structure (tuned on Helios days 0-9): the priced burst forecast
+# covering up to four jobs of a clump, the window valued without the size fit, holds sized
+# like the ending job. Its price is not an option: the budget controller sets it.
+DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
+DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
+DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
+
+
+class BudgetedPolicy(ForecastPolicy):
+    """A priced forecast policy whose price follows a BudgetController (cluster-wide)."""
+
+    def __init__(self, forecaster: Forecaster, **options: Any) -> None:
+        super().__init__(forecaster, **options)
+        self.budget = BudgetController()
+        self.period_s = DEFAULT_PERIOD_S
+        self._bursts: list[BurstPredictor] = []
+        self._next_update = 0.0
+
+    def steer(
+        self, budget: BudgetController, period_s: float, bursts: list[BurstPredictor]
+    ) -> None:
+        """Let `budget` set the price of `bursts` every `period_s` seconds."""
+        self.budget, self.period_s, self._bursts = budget, period_s, bursts
+
+    def begin(self, jobs: Sequence[Job], ctl: Control) -> None:
+        super().begin(jobs, ctl)
+        self._next_update = jobs[0].submit + self.period_s if jobs else 0.0
+        self._set_price(self.budget.price)
+
+    def on_arrival(self, job: Job, now: float, ctl: Control) -> None:
+        self._maybe_update(now, ctl)
+        super().on_arrival(job, now, ctl)
+
+    def on_finish(self, job: Job, now: float, ctl: Control) -> None:
+        self._maybe_update(now, ctl)
+        super().on_finish(job, now, ctl)
+
+    def _maybe_update(self, now: float, ctl: Control) -> None:
+        if now < self._next_update:
+            return
+        self._next_update = now + self.period_s
+        self._set_price(self.budget.update(ctl.totals()))
+
+    def _set_price(self, price: float) -> None:
+        for burst in self._bursts:
+            burst.price = price
+
+    def adopt(self, trained: Policy) -> None:
+        # The price the controller reached on the training days is where it starts here.
+        if isinstance(trained, BudgetedPolicy):
+            self.budget.start_price = self.budget.price = trained.budget.price
+
+    def report(self) -> dict[str, object]:
+        """Figures the replay adds to this policy's result."""
+        return {
+            "idle_budget": self.budget.budget,
+            "final_price": round(self.budget.price, 6),
+            "price_updates": self.budget.updates,
+        }
+
+
+def _default(arg: str | None) -> Policy:
+    options = parse_options(
+        arg,
+        allowed=(
+            "budget",
+            "window",
+            "price",
+            "period",
+            "session",
+            *SESSION_OPTIONS,
+            *BURST_OPTIONS,
+            *ADAPTER,
+        ),
+    )
+    session = flag(options, "session", DEFAULT_SESSION)
+    if not session and any(k in options for k in SESSION_OPTIONS):
+        raise ValueError("options gap= and session_jobs= need session=1")
+    model = session_model(options) if session else None
+    budget = number(options, "budget", DEFAULT_BUDGET)
+    window = number(options, "window", DEFAULT_WINDOW_S, minimum=60.0)
+    start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
+    period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
+    burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
+    for key in ("budget", "window", "period", "session", *SESSION_OPTIONS):
+        burst_options.pop(key, None)
+    predictor = burst_predictor(burst_options)
+    policy = adapt(predictor, burst_options, cls=BudgetedPolicy)
+    assert isinstance(policy, BudgetedPolicy)
+    if model is not None:
+        # The session model's clump pipeline and cadence beside the burst forecast.
+        policy.forecaster = MergedForecaster(policy.forecaster, model)
+        policy.rebind()
+        follow = policy.on_begin
+
+        def begin(ctl: Control) -> None:
+            if follow is not None:
+                follow(ctl)
+            follow_cold_start(model, ctl)
+
+        policy.on_begin = begin
+    controller = BudgetController(budget, window_s=window, price=min(start, MAX_PRICE))
+    policy.steer(controller, period, bursts_in(predictor))
+    return policy
+
+
+register_policy(
+    "default",
+    _default,
+    "the agent's default: priced burst (jobs=4, size=ending) with its price steered to keep "
+    f"idle within budget= over window= s (default {DEFAULT_BUDGET:g}, {DEFAULT_WINDOW_S:g}; "
+    f"jobs up to {MAX_CLUMP_JOBS})",
+)

@@ -1,0 +1,1 @@
+"""The Slurm backend: `jitgpu slurm-bridge` keeps jitgpu holds as Slurm reservations."""

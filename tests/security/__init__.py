@@ -1,0 +1,1 @@
+"""Security regression tests: credentials act only as what they were issued to."""

@@ -1,0 +1,145 @@
+"""The bridge against a live Slurm: holds become reservations, a plain sbatch claims them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.slurm_bridge.conftest import ADMIN, World
+from tests.support.slurm_cluster import ALWAYS_ON, CLOUD
+
+pytestmark = pytest.mark.slurm
+
+
+def _gpus_on(world: World, node: str) -> list[dict]:
+    return [g for g in world.http.get("/v1/gpus", headers=ADMIN).json() if g["node"] == node]
+
+
+def test_hold_powers_up_reserves_and_a_plain_sbatch_claims_it(world: World) -> None:
+    # gpu1 is busy with a job outside jitgpu: its GPUs leave placement, the hold goes to the
+    # powered-down cloud node.
+    busy = world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None,
+        "gpu1's GPUs reported busy",
+    )
+    assert world.slurm.node_state(CLOUD) == "IDLE+CLOUD+POWERED_DOWN"
+    hold = world.hold(ttl_s=300, warmup="boot")
+    assert {g["node"] for g in hold["gpus"]} == {CLOUD}
+    name = f"jitgpu-{hold['id']}"
+    ready = world.until(
+        lambda: world.get_hold(hold["id"]) if world.get_hold(hold["id"])["status"] == "ready"
+        else None,
+        "hold ready once cloud1 booted",
+    )  # fmt: skip
+    assert ready["warmup_s"] >= world.slurm.layout.boot_delay_s
+    assert world.bridge.resume_latency_s >= world.slurm.layout.boot_delay_s
+    assert name in world.reservations()
+    assert world.slurm.node_state(CLOUD) == "IDLE+CLOUD+RESERVED"
+    # The researcher's unchanged sbatch: it names no reservation.
+    job = world.slurm.sbatch("--gres=gpu:1", "--wrap=sleep 30")
+    claimed = world.until(
+        lambda: world.get_hold(hold["id"]) if world.get_hold(hold["id"])["status"] == "claimed"
+        else None,
+        "claim reported",
+    )  # fmt: skip
+    assert world.slurm.job_field(job, "Reservation") == name
+    assert world.slurm.job_field(job, "NodeList") == CLOUD
+    alloc = world.http.get(
+        f"/v1/allocations/{claimed['allocation_id']}", headers=world.tenant
+    ).json()
+    # Time-to-GPU from Slurm's own Submit/Start: no boot wait.
+    assert alloc["time_to_gpu_s"] is not None and alloc["time_to_gpu_s"] <= 2.0
+    assert alloc["label"] == f"job {job}"
+    # The rest of the window is given back (a reservation with a running job cannot be
+    # deleted: it ends now); the job runs on, past the reservation's end.
+    world.until(
+        lambda: world.reservations()[name].end.timestamp() <= time.time() or None,
+        "reservation ended",
+    )
+    time.sleep(1.5)
+    assert world.slurm.job_field(job, "JobState") == "RUNNING"
+    world.slurm.run("scancel", job)
+    world.until(
+        lambda: (
+            world.http.get(f"/v1/allocations/{alloc['id']}", headers=world.tenant).json()["status"]
+            == "released"
+            or None
+        ),
+        "allocation released when the job ended",
+    )
+    world.slurm.run("scancel", busy)
+
+
+def test_wrong_forecast_expires_and_the_node_powers_down_again(world: World) -> None:
+    world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None, "gpu1 busy"
+    )
+    hold = world.hold(ttl_s=6)
+    name = f"jitgpu-{hold['id']}"
+    world.until(lambda: name in world.reservations() or None, "reservation made")
+    world.until(lambda: world.get_hold(hold["id"])["status"] == "expired" or None, "expiry")
+    world.until(lambda: name not in world.reservations() or None, "reservation deleted")
+    # No job came: Slurm's power saving suspends the node again after SuspendTime.
+    world.until(
+        lambda: "POWERED_DOWN" in world.slurm.node_state(CLOUD) or None,
+        "cloud1 powered down",
+        timeout=40,
+    )
+
+
+def test_restart_adopts_and_an_admin_deleted_reservation_ends_the_hold(world: World) -> None:
+    hold = world.hold(ttl_s=300, start_in_s=3600, lead_s=3600)
+    name = f"jitgpu-{hold['id']}"
+    world.until(lambda: name in world.reservations() or None, "reservation made")
+    # Not powered up: start_at is an hour away, further than the resume latency.
+    node = world.get_hold(hold["id"])["gpus"][0]["node"]
+    if node == CLOUD:
+        assert "POWERED_DOWN" in world.slurm.node_state(CLOUD)
+    # A restarted bridge adopts the reservation by its name, and makes no second one.
+    world.bridge = world.new_bridge()
+    assert world.bridge.adopt() == [hold["id"]]
+    world.tick()
+    world.tick()
+    assert list(world.reservations()) == [name]
+    # An admin deletes it: the hold ends, with the reason, and it is never made again.
+    world.slurm.scontrol("delete", f"reservation={name}")
+    ended = world.until(
+        lambda: world.get_hold(hold["id"]) if world.get_hold(hold["id"])["status"] == "cancelled"
+        else None,
+        "hold ended",
+    )  # fmt: skip
+    assert "deleted" in ended["reason"]
+    for _ in range(3):
+        world.tick()
+        time.sleep(0.2)
+    assert world.reservations() == {}
+
+
+def test_another_users_job_waits_at_most_until_the_hold_ends(world: World) -> None:
+    other = "nobody"
+    world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None, "gpu1 busy"
+    )
+    hold = world.hold(ttl_s=8)
+    name = f"jitgpu-{hold['id']}"
+    world.until(lambda: name in world.reservations() or None, "reservation made")
+    expires = world.reservations()[name].end
+    assert expires is not None
+    # Someone else's job, wanting the only free GPUs: kept off the reserved node...
+    job = world.slurm.sbatch("--gres=gpu:1", "--output=/dev/null", "--wrap=sleep 5", user=other)
+    world.tick()
+    time.sleep(1.0)
+    assert world.slurm.job_field(job, "JobState") == "PENDING"
+    # ... but only until the hold's window, bounded by the tenant's budget, ends.
+    world.until(
+        lambda: world.slurm.job_field(job, "JobState") in ("RUNNING", "COMPLETED") or None,
+        "the other user's job started",
+        timeout=60,
+    )
+    assert world.get_hold(hold["id"])["status"] == "expired"
+    started = world.slurm.job_field(job, "StartTime")
+    assert started >= expires.strftime("%Y-%m-%dT%H:%M:%S")
