@@ -13,7 +13,11 @@ from typing import Any
 
 import fastapi_offline
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import HTMLResponse
 
@@ -38,7 +42,12 @@ def install(app: FastAPI) -> None:
             swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
             swagger_ui_parameters={"persistAuthorization": True},
+            oauth2_redirect_url="/docs/oauth2-redirect",
         )
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def swagger_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
