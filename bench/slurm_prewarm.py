@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import shutil
 import statistics
 import tempfile
 import time
@@ -100,14 +101,19 @@ def main() -> None:
             tid = http.post("/v1/tenants", json={"name": "alice", "quota_gpus": 4}, headers=ADMIN)
             key = http.post(f"/v1/tenants/{tid.json()['id']}/api-keys", headers=ADMIN).json()
             tenant = {"Authorization": f"Bearer {key['key']}"}
-            token = http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
+            enrol = {
+                name: http.post("/v1/node-tokens", json={"node_name": name}, headers=ADMIN).json()[
+                    "key"
+                ]
+                for name in (ALWAYS_ON, CLOUD)
+            }
             cfg = BridgeConfig(
-                token=token,
+                enrol_tokens=enrol,
                 poll_s=0.3,
                 resume_latency_s=args.boot + 2,  # a first guess; the bridge measures it
                 tenants={"alice": SlurmAccount(users=getpass.getuser())},
             )
-            bridge = Bridge(cfg, Slurm(env=cluster.env), BridgeClient("http://x", token, http=http))
+            bridge = Bridge(cfg, Slurm(env=cluster.env), BridgeClient("http://x", "", http=http))
 
             def tick() -> None:
                 now = time.time()
@@ -155,6 +161,7 @@ def main() -> None:
     finally:
         cluster.stop()
         db.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(describe())
     print(f"{args.jobs} jobs per mode, boot {args.boot:.0f}s, SuspendTime {args.suspend_time}s")
     print(

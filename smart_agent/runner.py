@@ -224,10 +224,13 @@ class Runner:
     def _apply_policy(self, policy: Policy) -> None:
         old = self.agent.policy
         self.agent.policy = policy
-        if (old.predictors, old.ensemble, old.llm) != (
+        # The budget and the lead shape the priced burst member: a change rebuilds it too.
+        if (old.predictors, old.ensemble, old.llm, old.idle_budget, old.lead_s) != (
             policy.predictors,
             policy.ensemble,
             policy.llm,
+            policy.idle_budget,
+            policy.lead_s,
         ):
             self.agent.predictors = self._predictors(policy)
 

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from control_plane.node_agent.client import ApiError, ControlPlane, NotFound
+from control_plane.node_agent.client import ApiError, ControlPlane, NotFound, Refused
+from control_plane.node_agent.identity import CredentialStore
 from control_plane.schemas.backends import BackendEvent, BackendEventKind, BackendEventReply
 from control_plane.schemas.nodes import (
     GpuSpec,
@@ -61,10 +62,13 @@ class State:
 
 
 class Bridge:
+    """`client` enrols nodes; each Slurm node then acts with its own node credential."""
+
     def __init__(self, cfg: BridgeConfig, slurm: Slurm, client: BridgeClient) -> None:
         self.cfg = cfg
         self.slurm = slurm
         self.client = client
+        self.clients: dict[str, BridgeClient] = {}  # Slurm node -> its credential's client
         self.node_ids: dict[str, str] = {}
         # GPUs jitgpu has given out per node (last heartbeat): a Slurm job on them is ours.
         self.assigned: dict[str, dict[str, str]] = {}
@@ -120,8 +124,15 @@ class Bridge:
         reservations = self.slurm.reservations(self.cfg.reservation_prefix)
         holds: dict[str, tuple[SlurmNode, NodeAssignment]] = {}
         allocations: dict[str, tuple[SlurmNode, NodeAssignment]] = {}
-        for node in nodes.values():
-            for a in self._heartbeat(node):
+        for node in list(nodes.values()):
+            try:
+                assignments = self._heartbeat(node)
+            except Refused as exc:
+                # One node the bridge may not act as (no enrolment token): serve the others.
+                log.warning("node %s not served: %s", node.name, exc)
+                del nodes[node.name]
+                continue
+            for a in assignments:
                 target = holds if a.kind == "hold" else allocations
                 target.setdefault(a.id, (node, a))
         for node, a in holds.values():
@@ -141,12 +152,13 @@ class Bridge:
         if node.name not in self.node_ids:
             self._register(node)
         body = Heartbeat(gpus=self._telemetry(node))
+        client = self.clients[node.name]
         try:
-            reply = self.client.heartbeat(self.node_ids[node.name], body)
+            reply = client.heartbeat(self.node_ids[node.name], body)
         except NotFound:
             # The control plane forgot the node (a fresh database): register it again.
             self._register(node)
-            reply = self.client.heartbeat(self.node_ids[node.name], body)
+            reply = client.heartbeat(self.node_ids[node.name], body)
         self.assigned[node.name] = {uuid: a.kind for a in reply.assignments for uuid in a.gpu_uuids}
         return reply.assignments
 
@@ -161,10 +173,31 @@ class Bridge:
             for i in range(node.gpus)
         ]
         leaf = node.partitions[0] if node.partitions else "leaf0"
-        registered = self.client.register(
+        client = self.clients.get(node.name) or self._enrol(node.name)
+        registered = client.register(
             NodeRegister(name=node.name, leaf=leaf, gpus=gpus, agent_version=VERSION)
         )
         self.node_ids[node.name] = registered.id
+
+    def _enrol(self, name: str) -> BridgeClient:
+        """The node's stored credential, or one enrolment (its enrolment token, else `token`)."""
+        folder = self.cfg.credentials_dir
+        store = CredentialStore.for_node(folder, name) if folder is not None else None
+        stored = store.load() if store is not None else None
+        if stored is not None:
+            credential = stored.credential
+        else:
+            token = self.cfg.enrol_tokens.get(name) or self.cfg.token
+            if not token:
+                raise Refused(f"no enrolment token for Slurm node {name} (enrol_tokens)")
+            issued = self.client.enrol(name, token)
+            if store is not None:
+                store.save(issued, server=self.client.server)
+            credential = issued.credential
+            log.info("enrolled Slurm node %s as %s", name, issued.node_id)
+        client = BridgeClient(self.client.server, credential, http=self.client.http)
+        self.clients[name] = client
+        return client
 
     def _telemetry(self, node: SlurmNode) -> list[GpuTelemetry]:
         """A failed node's GPUs leave placement; a powered-down one's stay: it can boot.
@@ -303,7 +336,7 @@ class Bridge:
             if alloc is not None:
                 node_id = self.node_ids[alloc[0].name]
                 try:
-                    self.client.report_task(
+                    self.clients[alloc[0].name].report_task(
                         node_id, alloc[1].id, TaskReport(status="exited", exit_code=None)
                     )
                 except ApiError as exc:
@@ -328,13 +361,14 @@ class Bridge:
         self, node: SlurmNode, hold_id: str, body: BackendEvent
     ) -> BackendEventReply | None:
         try:
-            return self.client.report_backend_event(self.node_ids[node.name], hold_id, body)
+            client = self.clients[node.name]
+            return client.report_backend_event(self.node_ids[node.name], hold_id, body)
         except ApiError as exc:
             log.warning("event %s for %s not reported: %s", body.kind.value, hold_id, exc)
             return None
 
     def _warmup_report(self, node: SlurmNode, a: NodeAssignment, body: WarmupReport) -> None:
         try:
-            self.client.report_warmup(self.node_ids[node.name], a.id, body)
+            self.clients[node.name].report_warmup(self.node_ids[node.name], a.id, body)
         except ApiError as exc:
             log.warning("warm-up of %s not reported: %s", a.id, exc)

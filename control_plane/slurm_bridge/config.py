@@ -36,7 +36,20 @@ class SlurmAccount(_Strict):
 
 class BridgeConfig(_Strict):
     server: str = Field(default="http://127.0.0.1:8080", min_length=1)
-    token: str | None = Field(default=None, description="Node token (jitgpu admin node-token).")
+    token: str | None = Field(
+        default=None,
+        description="Enrols a Slurm node that has no enrolment token of its own in "
+        "enrol_tokens (the admin token, once, at set-up); never used once nodes are enrolled.",
+    )
+    enrol_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        description="Slurm node name -> its enrolment token (jitgpu admin node-token NAME).",
+    )
+    credentials_dir: Path | None = Field(
+        default=None,
+        description="Each node's own credential is kept here after enrolment (one file per "
+        "node, readable by the bridge only); without it credentials live in memory.",
+    )
     slurm_conf: Path | None = Field(
         default=None, description="SLURM_CONF for the client commands (default: Slurm's own)."
     )

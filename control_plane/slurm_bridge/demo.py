@@ -89,12 +89,17 @@ def run_slurm_demo(*, boot_s: float = 10.0) -> int:
         admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_token}"})
         tenant = admin.post("/v1/tenants", json={"name": "alice", "quota_gpus": 4}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
-        token = admin.post("/v1/node-tokens").json()["key"]
+        # One enrolment token per Slurm node: each node gets its own credential.
+        enrol = {
+            name: admin.post("/v1/node-tokens", json={"node_name": name}).json()["key"]
+            for name in (ALWAYS_ON, CLOUD)
+        }
         alice = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"})
         say(f"control plane on {url}; tenant alice is Slurm user {getpass.getuser()}")
         cfg = BridgeConfig(
             server=url,
-            token=token,
+            enrol_tokens=enrol,
+            slurm_conf=cluster.layout.conf,
             poll_s=0.5,
             resume_latency_s=boot_s + 2,
             tenants={"alice": SlurmAccount(users=getpass.getuser())},

@@ -21,11 +21,11 @@ EXIT_OK, EXIT_CONFIG, EXIT_REFUSED = 0, 2, 3
 
 
 def build(cfg: BridgeConfig) -> Bridge:
-    assert cfg.token is not None
     env = None
     if cfg.slurm_conf is not None:
         env = {**os.environ, "SLURM_CONF": str(cfg.slurm_conf)}
-    return Bridge(cfg, Slurm(env=env), BridgeClient(cfg.server, cfg.token))
+    # This client only enrols; each node then acts with its own credential.
+    return Bridge(cfg, Slurm(env=env), BridgeClient(cfg.server, cfg.token or ""))
 
 
 def run_bridge(cfg: BridgeConfig, *, stop: threading.Event | None = None) -> int:
@@ -46,7 +46,7 @@ def run_bridge(cfg: BridgeConfig, *, stop: threading.Event | None = None) -> int
             backoff.reset()
             delay = cfg.poll_s
         except Refused as exc:
-            log.error("the control plane refused the node token: %s", exc)
+            log.error("the control plane refused the bridge: %s", exc)
             return EXIT_REFUSED
         except (ApiError, SlurmError) as exc:
             delay = backoff.next()
@@ -63,8 +63,9 @@ def main(config: Path | None, server: str | None, token: str | None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if not cfg.token:
-        print("error: the bridge needs a node token (--token, JITGPU_NODE_TOKEN or token:)",
+    if not (cfg.token or cfg.enrol_tokens or cfg.credentials_dir):
+        print("error: the bridge needs enrol_tokens (one per Slurm node), a credentials_dir "
+              "of enrolled nodes, or a token to enrol with (--token, JITGPU_NODE_TOKEN)",
               file=sys.stderr)  # fmt: skip
         return EXIT_CONFIG
     logging.basicConfig(

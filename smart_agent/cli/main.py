@@ -91,7 +91,10 @@ def slurm_bridge(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
     ),
     token: str | None = typer.Option(
-        None, "--token", envvar="JITGPU_NODE_TOKEN", help="Node token (jitgpu admin node-token)."
+        None,
+        "--token",
+        envvar="JITGPU_NODE_TOKEN",
+        help="Enrols Slurm nodes missing from enrol_tokens (e.g. the admin token, once).",
     ),
     config: Path | None = typer.Option(None, "--config", help="configs/slurm-bridge.yaml"),
 ) -> None:

@@ -21,7 +21,7 @@ from control_plane.slurm_bridge.config import BridgeConfig, SlurmAccount
 from control_plane.slurm_bridge.slurm import Slurm
 from tests.conftest import ADMIN_TOKEN
 from tests.support.procs import wait_for
-from tests.support.slurm_cluster import SlurmCluster, start_or_skip
+from tests.support.slurm_cluster import ALWAYS_ON, CLOUD, SlurmCluster, start_or_skip
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -34,7 +34,6 @@ class World:
     settings: ServerSettings
     bridge: Bridge
     tenant: dict  # alice's auth header
-    token: str  # the bridge's node token
     state_file: Path
 
     def tick(self) -> None:
@@ -64,7 +63,7 @@ class World:
     def new_bridge(self) -> Bridge:
         """A restarted bridge: nothing in memory, the same state file."""
         cfg = self.bridge.cfg
-        client = BridgeClient("http://testserver", self.token, http=self.http)
+        client = BridgeClient("http://testserver", "", http=self.http)
         return Bridge(cfg, Slurm(env=self.slurm.env), client)
 
 
@@ -80,11 +79,19 @@ def world(tmp_path: Path) -> Iterator[World]:
             r = http.post("/v1/tenants", json={"name": "alice", "quota_gpus": 4}, headers=ADMIN)
             tenant_id = r.json()["id"]
             key = http.post(f"/v1/tenants/{tenant_id}/api-keys", headers=ADMIN).json()["key"]
-            token = http.post("/v1/node-tokens", headers=ADMIN).json()["key"]
+            # One enrolment token per Slurm node; the credentials they buy are kept on disk,
+            # so that a restarted bridge acts as the same nodes.
+            enrol = {
+                name: http.post("/v1/node-tokens", json={"node_name": name}, headers=ADMIN).json()[
+                    "key"
+                ]
+                for name in (ALWAYS_ON, CLOUD)
+            }
             state_file = tmp_path / "bridge.json"
             cfg = BridgeConfig(
                 server="http://testserver",
-                token=token,
+                enrol_tokens=enrol,
+                credentials_dir=tmp_path,
                 poll_s=0.3,
                 resume_latency_s=5.0,
                 # The tests run as one Unix user: alice's jobs are that user's.
@@ -92,7 +99,7 @@ def world(tmp_path: Path) -> Iterator[World]:
                 state_file=state_file,
                 gpu_model="A100",
             )
-            client = BridgeClient(cfg.server, token, http=http)
+            client = BridgeClient(cfg.server, "", http=http)
             bridge = Bridge(cfg, Slurm(env=cluster.env), client)
             yield World(
                 slurm=cluster,
@@ -101,7 +108,6 @@ def world(tmp_path: Path) -> Iterator[World]:
                 settings=settings,
                 bridge=bridge,
                 tenant={"Authorization": f"Bearer {key}"},
-                token=token,
                 state_file=state_file,
             )
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,14 @@ def test_example_config_loads_and_maps_tenants() -> None:
     assert cfg.account_for("alice") is not None and cfg.account_for("alice").users == "alice"
     assert cfg.account_for("nobody-listed") is None
     assert cfg.account_for("vision-team").account == "vision"  # type: ignore[union-attr]
+
+
+def test_cli_refuses_bad_config_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text("poll_s: fast\n")
+    cmd = [sys.executable, "-m", "smart_agent.cli.main", "slurm-bridge", "--config", str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "poll_s" in done.stderr and str(path) in done.stderr
+    path.write_text("poll_s: 1\n")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={"PATH": ""})
+    assert done.returncode == 2 and "enrol_tokens" in done.stderr
