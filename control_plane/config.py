@@ -12,6 +12,31 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from control_plane.db.engine import DEFAULT_DATABASE_URL
 
 
+def data_dir(env: dict[str, str] | None = None) -> Path:
+    """Where the server keeps its default SQLite file: $XDG_DATA_HOME/jitgpu or the like."""
+    environ = os.environ if env is None else env
+    base = environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base).expanduser() / "jitgpu"
+
+
+def default_database_url(env: dict[str, str] | None = None) -> str:
+    """The SQLite file in the user's data folder: the same one whatever the working directory."""
+    return f"sqlite:///{data_dir(env) / 'jitgpu.db'}"
+
+
+def resolve_sqlite(url: str, base: Path) -> str:
+    """A relative SQLite path in a settings file is relative to that file's folder."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        return url
+    path = url[len(prefix) :]
+    if path.startswith("~"):
+        return prefix + os.path.expanduser(path)
+    if not path or path == ":memory:" or os.path.isabs(path):
+        return url
+    return prefix + str((base / path).resolve())
+
+
 class ConfigError(ValueError):
     """A settings file or variable is wrong; the message names the file, the key and the rule."""
 
@@ -21,7 +46,7 @@ class ServerSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    database_url: str = DEFAULT_DATABASE_URL
+    database_url: str = DEFAULT_DATABASE_URL  # load_settings puts the data folder's file here
     admin_token: str | None = Field(default=None, min_length=16)
     heartbeat_timeout_s: float = Field(default=15.0, gt=0, le=3600)
     default_lead_s: int = Field(default=120, ge=0, le=86400)
@@ -135,12 +160,16 @@ def load_settings(
             raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+        if isinstance(loaded.get("database_url"), str):
+            folder = Path(path).expanduser().resolve().parent
+            loaded["database_url"] = resolve_sqlite(loaded["database_url"], folder)
         data.update(loaded)
     environ = os.environ if env is None else env
     for var, key in ENV_KEYS.items():
         if environ.get(var):
             data[key] = environ[var]
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    data.setdefault("database_url", default_database_url(env))
     try:
         return ServerSettings.model_validate(data)
     except ValidationError as exc:

@@ -112,7 +112,9 @@ _TTG = (
         f"COALESCE(SUM(CASE WHEN ready_at - requested_at <= {b} THEN 1 ELSE 0 END), 0)"
         for b in TTG_BUCKETS
     )
-    + " FROM allocation WHERE ready_at IS NOT NULL"
+    # Measured ones only (as the API reports them): a cold assignment without a warm-up
+    # is not a time-to-GPU of 0.
+    + " FROM allocation WHERE ready_at IS NOT NULL AND (warm OR ready_at <> allocated_at)"
 )
 
 

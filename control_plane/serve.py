@@ -36,6 +36,9 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
             file=sys.stderr,
             flush=True,
         )
+    if settings.database_url.startswith("sqlite:///"):
+        # Say where the data is: a newcomer should never have to guess which file it was.
+        print(f"database: {settings.database_url}", file=sys.stderr, flush=True)
     logs.configure(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)

@@ -25,6 +25,7 @@ _holds = TypeAdapter(list[Hold])
 _nodes = TypeAdapter(list[Node])
 _gpus = TypeAdapter(list[Gpu])
 _events = TypeAdapter(list[Event])
+_tenants = TypeAdapter(list[Tenant])
 _node_tokens = TypeAdapter(list[NodeTokenInfo])
 
 
@@ -208,6 +209,9 @@ class ApiCalls:
         body = {"name": name, "quota_gpus": quota_gpus, "burst_gpus": burst_gpus, "weight": weight}
         body.update(_drop_none(online_share=online_share))
         return self._send(Call("POST", "/v1/tenants", Tenant.model_validate, body))
+
+    def list_tenants(self) -> Any:
+        return self._send(Call("GET", "/v1/tenants", _tenants.validate_python))
 
     def create_api_key(self, tenant_id: str, *, label: str | None = None) -> Any:
         return self._send(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from smart_agent import userconf
 from smart_agent.agent import ARRIVAL_MAX_AGE_S, JOB_LEASE_S
 from smart_agent.sources import SourcesConfig
 from smart_agent.yamlconf import ConfigError, load_model
@@ -65,10 +66,25 @@ class AgentConfig(SourcesConfig):
     )
 
 
+def _from(folder: Path, value: str) -> str:
+    """A relative path in the config is relative to the config's folder, not the cwd."""
+    expanded = Path(os.path.expanduser(value))
+    return str(expanded if expanded.is_absolute() else folder / expanded)
+
+
 def load_agent_config(path: str | Path) -> tuple[AgentConfig, Path]:
-    """The config, and the policy file it names (resolved against the config's folder)."""
-    path = Path(path).expanduser()
+    """The config, and the policy file it names, with every path resolved against the
+    config's folder: the agent reads the same files from whatever directory it starts in."""
+    path = Path(path).expanduser().resolve()
     config = load_model(AgentConfig, path)
+    config = config.model_copy(
+        update={
+            "prediction_log": _from(path.parent, config.prediction_log),
+            "watch": [
+                e.model_copy(update={"path": _from(path.parent, e.path)}) for e in config.watch
+            ],
+        }
+    )
     policy = Path(os.path.expanduser(config.policy))
     if not policy.is_absolute():
         policy = path.parent / policy
@@ -78,12 +94,19 @@ def load_agent_config(path: str | Path) -> tuple[AgentConfig, Path]:
 
 
 def token_of(config: AgentConfig) -> str:
+    """The API key from the variable named by token_env, else the one `jitgpu login` saved."""
     token = os.environ.get(config.token_env)
+    if not token:
+        try:
+            token = userconf.load().token
+        except userconf.CredentialsError as exc:
+            raise ConfigError([str(exc)]) from None
     if not token:
         raise ConfigError(
             [
                 f"environment variable {config.token_env} (the config's token_env) "
-                "is not set: it must hold your jitgpu API key"
+                "is not set and `jitgpu login` saved no API key: one of them must hold "
+                "your jitgpu API key"
             ]
         )
     return token

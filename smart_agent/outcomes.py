@@ -29,6 +29,9 @@ class HoldKeeper:
         self.log = log_
         self.clock = clock
         self.notify = notify
+        # Allocations whose time-to-GPU will never be known (a cold start without a
+        # warm-up): asked about once, not at every reconcile.
+        self.unmeasured: set[str] = set()
 
     def reconcile(self) -> int:
         """Learn what became of pending holds and of jobs whose time-to-GPU was not known."""
@@ -57,10 +60,16 @@ class HoldKeeper:
             "SELECT id, allocation_id FROM jobs WHERE allocation_id IS "
             "NOT NULL AND time_to_gpu_s IS NULL"
         ):
+            if job["allocation_id"] in self.unmeasured:
+                continue
             try:
                 alloc = self.client.get_allocation(job["allocation_id"])
             except JitgpuError:
                 continue
+            if alloc.time_to_gpu_s is None and (
+                alloc.ready_at is not None or alloc.status not in ("pending", "allocated")
+            ):
+                self.unmeasured.add(alloc.id)
             if alloc.time_to_gpu_s is not None:
                 self.log.job_update(job["id"], time_to_gpu_s=alloc.time_to_gpu_s)
                 self.notify("ready", {"allocation": alloc.id, "time_to_gpu_s": alloc.time_to_gpu_s})

@@ -29,6 +29,12 @@ class FakeClock:
         return self.now
 
 
+@pytest.fixture(autouse=True)
+def _own_config_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """No test reads (or writes) the credentials `jitgpu login` saved for the person running it."""
+    monkeypatch.setenv("JITGPU_CONFIG_DIR", str(tmp_path_factory.mktemp("jitgpu-config")))
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -10,7 +10,7 @@ from functools import partial
 
 from fastapi import FastAPI
 
-from control_plane.api import errors, observability
+from control_plane.api import docs, errors, observability
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
 from control_plane.api.nodework import NodeWorkBoard
@@ -82,6 +82,8 @@ def create_app(
         version="1",
         description="Pre-warm GPUs just in time: holds, claims and allocations.",
         lifespan=lifespan,
+        docs_url=None,  # served offline by docs.install
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.db = database
@@ -105,4 +107,5 @@ def create_app(
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
     for module in (allocations, holds, nodes, node_identity, tenants, health, observability):
         app.include_router(module.router)
+    docs.install(app)
     return app

@@ -88,7 +88,11 @@ class Allocation(BaseModel):
     hold_id: str | None
     warm: bool = Field(description="True when the GPUs were already warm (claimed a ready hold).")
     time_to_gpu_s: float | None = Field(
-        description="Seconds from request to usable GPUs; null while not yet known."
+        description="Seconds from request to usable GPUs, when measured: a warm claim, or a "
+        "warm-up the node reported. Null otherwise, with time_to_gpu_note saying why."
+    )
+    time_to_gpu_note: str | None = Field(
+        default=None, description="Why time_to_gpu_s is null (e.g. a cold start not measured)."
     )
     requested_at: datetime
     allocated_at: datetime | None

@@ -14,7 +14,7 @@ from control_plane.schemas.allocations import (
     HoldClaim,
 )
 from control_plane.schemas.enums import ACTIVE_ALLOCATION_STATUSES, AllocationStatus
-from control_plane.services import claims, events, granting, lifecycle, placing
+from control_plane.services import claims, events, feasible, granting, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Conflict, Invalid, NotFound, QueueFull
 from control_plane.services.ids import new_id
@@ -90,8 +90,10 @@ def create(
         command_json=json.dumps(body.command) if body.command else None,
     )
     if wait is not None:
+        feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
         return _queue(session, alloc, now=now, reason=f"queued: {wait}")
     if waiting:
+        feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
         # Behind the tenant's own waiting requests, never ahead of them: the queue's order
         # decides, and serves this one at once if it reaches it.
         _queue(session, alloc, now=now, reason="queued behind the tenant's waiting requests")
@@ -101,7 +103,13 @@ def create(
     cluster = placing.load_cluster(session)
     choice = granting.choose(session, cluster, alloc)
     if choice is None:
-        return _queue(session, alloc, now=now, reason="queued: no GPUs free")
+        # Checked only here, off the path of a request placed at once: a request that can
+        # never fit is refused rather than queued for ever.
+        feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
+        reason = feasible.waiting_reason(
+            session, gpu_count=body.gpu_count, gpu_model=body.gpu_model
+        )
+        return _queue(session, alloc, now=now, reason=reason)
     gpus = granting.apply(session, alloc, choice, now=now, queued=False)
     return 201, allocation_view(session, alloc, gpus=cluster.describe(gpus))
 
@@ -123,6 +131,7 @@ def _claim_of(body: AllocationCreate, *, gpu_count: int | None = None) -> HoldCl
 def _queue(
     session: Session, alloc: AllocationRow, *, now: float, reason: str
 ) -> tuple[int, Allocation]:
+    alloc.reason = reason  # shown by `jitgpu alloc show` while it waits
     session.add(alloc)
     granting.record_new(session, alloc, now=now, reason=reason)
     return 202, allocation_view(session, alloc, gpus=[])

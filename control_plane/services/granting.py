@@ -101,6 +101,8 @@ def apply(
     lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
     # Fields first, then the state change: its event insert flushes them in one UPDATE.
     alloc.allocated_at = now
+    if alloc.reason and alloc.reason.startswith("queued:"):
+        alloc.reason = None  # it waits no longer; the events keep why it did
     # Usable once assigned, unless a warm-up must run first: then when the node says so.
     alloc.ready_at = None if alloc.warmup else now
     alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s

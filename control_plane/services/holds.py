@@ -12,7 +12,7 @@ from control_plane.db.models import AllocationRow, HoldRow, TenantRow
 from control_plane.schemas.allocations import Hold, HoldCreate
 from control_plane.schemas.enums import ACTIVE_HOLD_STATUSES, HoldStatus
 from control_plane.schemas.nodes import WarmupReport
-from control_plane.services import lifecycle, placing
+from control_plane.services import feasible, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Forbidden, Invalid, NotFound, QuotaExceeded
 from control_plane.services.events import move, note, record
@@ -100,6 +100,7 @@ def create(
 ) -> tuple[int, Hold]:
     tenant = ensure_tenant(session, tenant_id)
     _check_policy(session, tenant, body, now)
+    feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
     if body.start_at is not None:
         start_at = body.start_at.timestamp()
     else:

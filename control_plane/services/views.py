@@ -18,6 +18,7 @@ from control_plane.db.models import (
 )
 from control_plane.schemas.allocations import Allocation, AssignedGpu, Hold
 from control_plane.schemas.common import utc_from_epoch
+from control_plane.schemas.enums import AllocationStatus
 from control_plane.schemas.tenants import Tenant
 
 
@@ -94,8 +95,30 @@ def allocation_view(
     return allocation_views(session, [row])[0]
 
 
+def time_to_gpu(row: AllocationRow) -> tuple[float | None, str | None]:
+    """Time-to-GPU when it was measured, else None and why it is not known.
+
+    Measured: a claim of warm GPUs, or a warm-up the node ran and reported. A cold
+    assignment without a warm-up is not: the job's own start (driver, CUDA context,
+    weights) happens after it and is never seen here, so 0 would be a false figure.
+    """
+    if row.ready_at is None:
+        if row.status == AllocationStatus.PENDING.value:
+            return None, "not yet known: the request waits for GPUs"
+        if row.allocated_at is None:
+            return None, "never got GPUs"
+        return None, "not yet known: the node is warming the GPUs"
+    if not row.warm and row.warmup is None and row.ready_at == row.allocated_at:
+        waited = max(0.0, row.allocated_at - row.requested_at)
+        return None, (
+            f"cold start not measured: GPUs assigned {waited:.1f}s after the request, then "
+            "the job started them itself (give a warm-up profile to have it measured)"
+        )
+    return max(0.0, row.ready_at - row.requested_at), None
+
+
 def _allocation(row: AllocationRow, gpus: list[AssignedGpu]) -> Allocation:
-    ttg = None if row.ready_at is None else max(0.0, row.ready_at - row.requested_at)
+    ttg, ttg_note = time_to_gpu(row)
     return Allocation(
         id=row.id,
         tenant_id=row.tenant_id,
@@ -106,6 +129,7 @@ def _allocation(row: AllocationRow, gpus: list[AssignedGpu]) -> Allocation:
         hold_id=row.hold_id,
         warm=row.warm,
         time_to_gpu_s=ttg,
+        time_to_gpu_note=ttg_note,
         requested_at=utc_from_epoch(row.requested_at),
         allocated_at=utc_from_epoch(row.allocated_at),
         ready_at=utc_from_epoch(row.ready_at),

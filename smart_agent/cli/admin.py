@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import typer
 
 from control_plane.schemas.tenants import TenantPolicy
 from smart_agent.cli import node_tokens
-from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
+from smart_agent.cli.common import (
+    AdminTokenOpt,
+    JsonOpt,
+    ServerOpt,
+    WideOpt,
+    client,
+    console,
+    emit,
+    fail,
+)
+
+ID = re.compile(r"^tnt_[0-9a-f]{16}$")
 
 admin_app = typer.Typer(help="Administer the control plane (admin token).", no_args_is_help=True)
 admin_app.add_typer(node_tokens.node_token_app, name="node-token")
@@ -49,11 +61,11 @@ def tenant_create(
         True, "--key/--no-key", help="Also mint an API key (shown once)."
     ),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Create a tenant (and, by default, its first API key)."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         tenant = c.create_tenant(
             name, quota_gpus=quota, burst_gpus=burst, online_share=online_share
         )
@@ -67,23 +79,32 @@ def tenant_create(
 
 @admin_app.command("key-create")
 def key_create(
-    tenant_id: str,
+    tenant: str = typer.Argument(..., help="The tenant's id or name."),
     label: str | None = typer.Option(None),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
-    """Mint an API key for a tenant; the secret is printed once."""
-    with client(server, token) as c:
+    """Mint an API key for a tenant; the secret is printed once (pipe it to `jitgpu login`)."""
+    with client(server, token, admin=True) as c:
+        tenant_id = tenant
+        if not ID.match(tenant):
+            named = [t.id for t in c.list_tenants() if t.name == tenant]
+            if not named:
+                fail(f"no tenant named {tenant!r}")
+            tenant_id = named[0]
         print(c.create_api_key(tenant_id, label=label).key)
 
 
 @admin_app.command("nodes")
 def nodes(
-    server: str | None = ServerOpt, token: str | None = TokenOpt, as_json: bool = JsonOpt
+    server: str | None = ServerOpt,
+    token: str | None = AdminTokenOpt,
+    as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """List nodes with their GPU counts and health."""
-    with client(server, token) as c:
-        emit(c.list_nodes(), as_json=as_json, columns=NODE_COLUMNS, title="nodes")
+    with client(server, token, admin=True) as c:
+        emit(c.list_nodes(), as_json=as_json, columns=NODE_COLUMNS, title="nodes", wide=wide)
 
 
 @admin_app.command("policy-set")
@@ -100,7 +121,7 @@ def policy_set(
         None, "--holds-may-preempt-holds/--no-holds-may-preempt-holds"
     ),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Change a tenant's server-side speculative budget; limits not given keep their value."""
     if allowed_warmup and any_warmup:
@@ -117,7 +138,7 @@ def policy_set(
         changes["allowed_warmups"] = None
     if not changes:
         raise typer.BadParameter("nothing to change: give at least one limit")
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         # The server takes the whole policy: start from what is in force, so that a limit
         # left out is kept rather than reset to its default.
         current = c.get_policy(tenant_id)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.text import Text
 
 from smart_agent.cli.common import console
 from smart_agent.cli.inspect_cmd import inspect_files
@@ -17,7 +18,31 @@ from smart_agent.cli.inspect_cmd import inspect_files
 agent_app = typer.Typer(
     help="The smart agent: watch logs, forecast, pre-warm, claim.", no_args_is_help=True
 )
-ConfigOpt = typer.Option(Path("configs/smart-agent.yaml"), "--config", help="Agent config.")
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    help="Agent config; paths in it are relative to its folder "
+    "\\[default: smart-agent.yaml in $XDG_CONFIG_HOME/jitgpu, else ~/.config/jitgpu].",
+)
+
+
+def config_path(given: Path | None) -> Path:
+    """The config given, else the user's; never a path relative to the working directory."""
+    if given is not None:
+        return given
+    from smart_agent.userconf import config_dir
+
+    path = config_dir() / "smart-agent.yaml"
+    if not path.exists():
+        typer.echo(
+            f"error: no agent config at {path}: copy configs/smart-agent.yaml (and "
+            "configs/prewarm-policy.yaml) there, or give --config FILE",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return path
+
+
 agent_app.command("inspect")(inspect_files)
 
 
@@ -56,12 +81,13 @@ def printer(kind: str, data: dict) -> None:
         text = f"cancel    {data['hold']}: no forecast supports it any more"
     else:
         text = f"{kind:<9} {data}"
-    console.print(f"[dim]{stamp}[/dim] {text}", highlight=False, soft_wrap=True)
+    # Text, not markup: a server's message or a log line may hold [brackets] of its own.
+    console.print(Text(stamp, style="dim") + Text(" " + text), highlight=False, soft_wrap=True)
 
 
 @agent_app.command("run")
 def run(
-    config: Path = ConfigOpt,
+    config: Path | None = ConfigOpt,
     quiet: bool = typer.Option(False, "--quiet", help="Log only, no event lines."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
@@ -76,7 +102,7 @@ def run(
     for noisy in () if log_level.lower() == "debug" else ("httpx", "apscheduler"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        cfg, policy = load_agent_config(config)
+        cfg, policy = load_agent_config(config_path(config))
         runner = Runner(cfg, policy, notify=None if quiet else printer)
     except ConfigError as exc:
         for problem in exc.problems:
@@ -92,7 +118,7 @@ def run(
 
 
 @agent_app.command("status")
-def status(config: Path = ConfigOpt) -> None:
+def status(config: Path | None = ConfigOpt) -> None:
     """What the agent has done: holds pending, today's idle GPU-hours, recent decisions."""
     from smart_agent.config import load_agent_config
     from smart_agent.predlog import PredictionLog
@@ -100,7 +126,7 @@ def status(config: Path = ConfigOpt) -> None:
     from smart_agent.yamlconf import ConfigError
 
     try:
-        cfg, _ = load_agent_config(config)
+        cfg, _ = load_agent_config(config_path(config))
     except ConfigError as exc:
         for problem in exc.problems:
             typer.echo(f"error: {problem}", err=True)
@@ -119,7 +145,7 @@ def status(config: Path = ConfigOpt) -> None:
         ]
     finally:
         log.close()
-    console.print(f"prediction log: {cfg.prediction_log}")
+    console.print(Text(f"prediction log: {cfg.prediction_log}"), soft_wrap=True)
     console.print(
         f"holds pending: {len(pending)} ({sum(r['hold_gpus'] or 0 for r in pending)} GPUs)"
     )

@@ -21,7 +21,9 @@ def inspect_files(
     sacct_fields: str | None = typer.Option(
         None, "--sacct-fields", help="Columns of header-less sacct rows, e.g. JobID,State,End."
     ),
-    user: str | None = typer.Option(None, "--user", help="Whose jobs are 'own' [login name]."),
+    user: str | None = typer.Option(
+        None, "--user", help="Whose jobs are 'own' \\[default: login name]."
+    ),
     text: bool = typer.Option(False, "--text", help="Also the redacted text an LLM would see."),
 ) -> None:
     """Recognised kind, job events (id, user, GPUs, model, time, source line), cues, notes,

@@ -8,6 +8,7 @@ import typer
 
 from smart_agent.cli import admin, resources
 from smart_agent.cli.agent import agent_app
+from smart_agent.cli.login import login
 from smart_agent.cli.policy import policy_app
 from smart_agent.cli.predictions import predictions_app
 
@@ -24,19 +25,24 @@ app.add_typer(admin.admin_app, name="admin")
 app.add_typer(policy_app, name="policy")
 app.add_typer(agent_app, name="agent")
 app.add_typer(predictions_app, name="predictions")
+app.command()(login)
 
 
 @app.command()
 def server(
-    host: str | None = typer.Option(None, help="Address to listen on [default: 127.0.0.1]."),
-    port: int | None = typer.Option(None, help="Port to listen on [default: 8080]."),
+    host: str | None = typer.Option(None, help="Address to listen on \\[default: 127.0.0.1]."),
+    port: int | None = typer.Option(None, help="Port to listen on \\[default: 8080]."),
     database_url: str | None = typer.Option(
         None,
         "--database-url",
-        help="sqlite:///FILE (default sqlite:///jitgpu.db) or "
-        "postgresql+psycopg://...; also JITGPU_DATABASE_URL.",
+        help="sqlite:///FILE or postgresql+psycopg://...; also JITGPU_DATABASE_URL "
+        "\\[default: jitgpu.db in $XDG_DATA_HOME/jitgpu, else ~/.local/share/jitgpu].",
     ),
-    config: Path | None = typer.Option(None, help="YAML settings file (configs/server.yaml)."),
+    config: Path | None = typer.Option(
+        None,
+        help="YAML settings file, e.g. configs/server.yaml; a relative SQLite path in it is "
+        "relative to the file's folder.",
+    ),
     admin_token: str | None = typer.Option(
         None, envvar="JITGPU_ADMIN_TOKEN", help="Bearer token of the admin."
     ),
@@ -58,15 +64,19 @@ def server(
 @app.command()
 def migrate(
     database_url: str | None = typer.Option(
-        None, "--database-url", help="Default: JITGPU_DATABASE_URL or sqlite."
+        None,
+        "--database-url",
+        envvar="JITGPU_DATABASE_URL",
+        help="\\[default: the server's, jitgpu.db in the user's data folder].",
     ),
 ) -> None:
     """Bring the database to the newest schema (servers also do this when they start)."""
+    from control_plane.config import default_database_url
     from control_plane.db.engine import Database, DatabaseConfigError
     from control_plane.db.migrate import current_revision, upgrade
 
     try:
-        db = Database(database_url)
+        db = Database(database_url or default_database_url())
     except DatabaseConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -186,7 +196,9 @@ def replay(
 
 @app.command()
 def demo(
-    keep: bool = typer.Option(False, "--keep", help="Keep the working folder."),
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the cluster up afterwards, with commands to explore it."
+    ),
     slurm: bool = typer.Option(
         False, "--slurm", help="Pre-warm on a throwaway Slurm cluster (needs slurm-wlm, munge)."
     ),

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from control_plane.schemas.node_identity import NodeCredential
-from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console, emit
+from smart_agent.cli.common import AdminTokenOpt, JsonOpt, ServerOpt, client, console, emit
 
 node_token_app = typer.Typer(
     help="Node enrolment tokens and node credentials (admin token).", no_args_is_help=True
@@ -58,20 +58,20 @@ def create(
     ),
     label: str | None = typer.Option(None),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Issue an enrolment token for NODE_NAME (give it to the node as JITGPU_ENROL_TOKEN)."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         made = c.create_node_token(node_name, ttl_s=ttl, single_use=not multi_use, label=label)
     print(made.key)
 
 
 @node_token_app.command("list")
 def list_tokens(
-    server: str | None = ServerOpt, token: str | None = TokenOpt, as_json: bool = JsonOpt
+    server: str | None = ServerOpt, token: str | None = AdminTokenOpt, as_json: bool = JsonOpt
 ) -> None:
     """Enrolment tokens and node credentials, without their secrets."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         emit(c.list_node_tokens(), as_json=as_json, columns=TOKEN_COLUMNS, title="node tokens")
 
 
@@ -79,11 +79,11 @@ def list_tokens(
 def revoke(
     token_id: str,
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Revoke an enrolment token, or a node credential: its node is drained at once."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         emit(c.revoke_node_token(token_id), as_json=as_json, columns=TOKEN_COLUMNS)
 
 
@@ -92,10 +92,10 @@ def enrol(
     node_name: str,
     out: Path = typer.Option(..., "--out", help=OutOpt.help),
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Enrol NODE_NAME with the admin token and write its credential file (never printed)."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         credential = c.enrol_node(node_name)
         write_credential(out, credential, c.server)
     console.print(f"node {credential.name} ({credential.node_id}): credential written to {out}")
@@ -109,12 +109,12 @@ def rotate(
     ),
     out: Path | None = OutOpt,
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Rotate a node's credential: by its agent at its next heartbeat, or here with --now."""
     if now and out is None:
         raise typer.BadParameter("--now writes the new credential to a file: give --out FILE")
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         if not now:
             asked = c.request_rotation(node_id)
             console.print(f"node {asked.node_id} rotates its credential at its next heartbeat")
@@ -129,9 +129,9 @@ def gpu_move(
     gpu_uuid: str,
     node_id: str,
     server: str | None = ServerOpt,
-    token: str | None = TokenOpt,
+    token: str | None = AdminTokenOpt,
 ) -> None:
     """Give GPU_UUID to NODE_ID; what held it on its old node ends (holds fail, jobs lost)."""
-    with client(server, token) as c:
+    with client(server, token, admin=True) as c:
         gpu = c.move_gpu(gpu_uuid, node_id)
     console.print(f"GPU {gpu.uuid} now belongs to node {gpu.node} ({gpu.node_id})")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 import yaml
+from rich.text import Text
 
 from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, console
 from smart_agent.policy import Policy
@@ -59,8 +60,11 @@ def show(
     if as_json:
         print(json.dumps(out, indent=2))
         return
-    console.print(f"[bold]server-side policy of tenant {me.name}[/bold] (enforced on every hold)")
+    console.print(
+        Text(f"server-side policy of tenant {me.name}", style="bold")
+        + Text(" (enforced on every hold)")
+    )
     print(yaml.safe_dump(out["server"], sort_keys=False).rstrip())
     if "local" in out:
-        console.print(f"\n[bold]local policy[/bold] ({path})")
+        console.print(Text("\nlocal policy", style="bold") + Text(f" ({path})"))
         print(yaml.safe_dump(out["local"], sort_keys=False).rstrip())

@@ -45,7 +45,7 @@ predictions_app = typer.Typer(
 LogOpt = typer.Option(
     None,
     "--log",
-    help=f"Prediction log [default: ~/.local/share/jitgpu/predictions.db, or ${LOG_ENV}].",
+    help=f"Prediction log \\[default: ~/.local/share/jitgpu/predictions.db, or ${LOG_ENV}].",
 )
 SinceOpt = typer.Option(
     None, "--since", help="From this time: ISO date or time (local), or an age: 30m, 12h, 7d, 2w."
@@ -250,7 +250,7 @@ def report(
 def export(
     out: str = typer.Option(..., "--out", help="File to write, or - for standard output."),
     fmt_: str | None = typer.Option(
-        None, "--format", help="csv or jsonl [default: from the --out suffix]."
+        None, "--format", help="csv or jsonl \\[default: from the --out suffix]."
     ),
     table: str = typer.Option(
         "forecasts", "--table", help="forecasts, jobs, llm_calls, or all (jsonl only)."

@@ -4,32 +4,48 @@ from __future__ import annotations
 
 import typer
 
-from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, client, emit
+from smart_agent.cli import waiting
+from smart_agent.cli.common import JsonOpt, ServerOpt, TokenOpt, WideOpt, client, emit
 
 alloc_app = typer.Typer(help="Allocate and release GPUs (reactive).", no_args_is_help=True)
 hold_app = typer.Typer(help="Hold GPUs ahead of a job, and claim them.", no_args_is_help=True)
 
+# In order of importance: a table leaves out, from the right, what does not fit (--wide).
 ALLOC_COLUMNS = (
     ("id", lambda a: a.id),
     ("status", lambda a: a.status.value),
     ("gpus", lambda a: a.gpu_count),
     ("model", lambda a: a.gpu_model),
-    ("on", lambda a: sorted({g.node for g in a.gpus})),
     ("warm", lambda a: "yes" if a.warm else "no"),
-    ("time-to-GPU s", lambda a: a.time_to_gpu_s),
+    ("time-to-GPU", lambda a: a.time_to_gpu_s),
+    ("on", lambda a: sorted({g.node for g in a.gpus})),
     ("requested", lambda a: a.requested_at),
     ("hold", lambda a: a.hold_id),
+)
+ALLOC_DETAILS = (
+    ("lease s", lambda a: a.lease_s),
+    ("expires", lambda a: a.expires_at),
+    ("gpu uuids", lambda a: [g.uuid for g in a.gpus]),
+    ("time-to-GPU is", lambda a: a.time_to_gpu_note),
+    ("reason", lambda a: a.reason),
 )
 HOLD_COLUMNS = (
     ("id", lambda h: h.id),
     ("status", lambda h: h.status.value),
     ("gpus", lambda h: h.gpu_count),
-    ("model", lambda h: h.gpu_model),
     ("start", lambda h: h.start_at),
     ("expires", lambda h: h.expires_at),
-    ("confidence", lambda h: h.confidence),
     ("warm-up s", lambda h: h.warmup_s),
+    ("model", lambda h: h.gpu_model),
+    ("confidence", lambda h: h.confidence),
     ("source", lambda h: h.source.value),
+)
+HOLD_DETAILS = (
+    ("lead s", lambda h: h.lead_s),
+    ("warm-up", lambda h: h.warmup),
+    ("on", lambda h: sorted({g.node for g in h.gpus})),
+    ("allocation", lambda h: h.allocation_id),
+    ("reason", lambda h: h.reason),
 )
 
 
@@ -50,9 +66,15 @@ def alloc_create(
         alloc = c.allocate(
             gpus, gpu_model=model, lease_s=lease_s, hold_id=hold_id, use_holds=not no_holds
         )
-        if wait and alloc.status.value == "pending":
-            alloc = c.wait_until_allocated(alloc.id)
-    emit(alloc, as_json=as_json, columns=ALLOC_COLUMNS)
+        if wait:
+            alloc = waiting.wait_for(
+                alloc,
+                c.get_allocation,
+                lambda a: a.status.value != "pending",
+                waiting.alloc_line,
+                kind="alloc",
+            )
+    emit(alloc, as_json=as_json, columns=ALLOC_COLUMNS, details=ALLOC_DETAILS)
 
 
 @alloc_app.command("list")
@@ -62,6 +84,7 @@ def alloc_list(
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """List your allocations, newest first."""
     with client(server, token) as c:
@@ -70,6 +93,7 @@ def alloc_list(
             as_json=as_json,
             columns=ALLOC_COLUMNS,
             title="allocations",
+            wide=wide,
         )
 
 
@@ -80,9 +104,14 @@ def alloc_show(
     token: str | None = TokenOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Show one allocation."""
+    """Show one allocation: its GPUs, its time-to-GPU, and why it waits if it does."""
     with client(server, token) as c:
-        emit(c.get_allocation(allocation_id), as_json=as_json, columns=ALLOC_COLUMNS)
+        emit(
+            c.get_allocation(allocation_id),
+            as_json=as_json,
+            columns=ALLOC_COLUMNS,
+            details=ALLOC_DETAILS,
+        )
 
 
 @alloc_app.command("release")
@@ -94,7 +123,9 @@ def alloc_release(
 ) -> None:
     """Release an allocation (safe to repeat)."""
     with client(server, token) as c:
-        emit(c.release(allocation_id), as_json=as_json, columns=ALLOC_COLUMNS)
+        emit(
+            c.release(allocation_id), as_json=as_json, columns=ALLOC_COLUMNS, details=ALLOC_DETAILS
+        )
 
 
 @hold_app.command("create")
@@ -106,7 +137,9 @@ def hold_create(
     confidence: float = typer.Option(1.0, min=0.0, max=1.0),
     model: str | None = typer.Option(None, "--model"),
     warmup: str | None = typer.Option(None, "--warmup", help="Warm-up profile name."),
-    wait: bool = typer.Option(False, "--wait", help="Wait until the hold is ready."),
+    wait: bool = typer.Option(
+        False, "--wait", help="Wait until the hold is ready, with a live status line."
+    ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     as_json: bool = JsonOpt,
@@ -123,8 +156,14 @@ def hold_create(
             warmup=warmup,
         )
         if wait:
-            hold = c.wait_until_ready(hold.id)
-    emit(hold, as_json=as_json, columns=HOLD_COLUMNS)
+            hold = waiting.wait_for(
+                hold,
+                c.get_hold,
+                lambda h: h.status.value in waiting.HOLD_DONE,
+                waiting.hold_line,
+                kind="hold",
+            )
+    emit(hold, as_json=as_json, columns=HOLD_COLUMNS, details=HOLD_DETAILS)
 
 
 @hold_app.command("list")
@@ -134,6 +173,7 @@ def hold_list(
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """List your holds, newest first."""
     with client(server, token) as c:
@@ -142,6 +182,7 @@ def hold_list(
             as_json=as_json,
             columns=HOLD_COLUMNS,
             title="holds",
+            wide=wide,
         )
 
 
@@ -154,7 +195,7 @@ def hold_show(
 ) -> None:
     """Show one hold."""
     with client(server, token) as c:
-        emit(c.get_hold(hold_id), as_json=as_json, columns=HOLD_COLUMNS)
+        emit(c.get_hold(hold_id), as_json=as_json, columns=HOLD_COLUMNS, details=HOLD_DETAILS)
 
 
 @hold_app.command("claim")
@@ -171,7 +212,7 @@ def hold_claim(
     """Turn a hold into an allocation (instant when the hold is ready)."""
     with client(server, token) as c:
         alloc = c.claim(hold_id, gpu_count=gpus, lease_s=lease_s)
-        emit(alloc, as_json=as_json, columns=ALLOC_COLUMNS)
+        emit(alloc, as_json=as_json, columns=ALLOC_COLUMNS, details=ALLOC_DETAILS)
 
 
 @hold_app.command("cancel")
@@ -183,4 +224,4 @@ def hold_cancel(
 ) -> None:
     """Cancel a hold (safe to repeat)."""
     with client(server, token) as c:
-        emit(c.cancel_hold(hold_id), as_json=as_json, columns=HOLD_COLUMNS)
+        emit(c.cancel_hold(hold_id), as_json=as_json, columns=HOLD_COLUMNS, details=HOLD_DETAILS)

@@ -20,7 +20,9 @@ class Round:
     epochs: int = 3
 
 
-ROUNDS = (Round(2, 12.0), Round(2, 12.0), Round(2, 10.0), Round(4, 12.0), Round(2, 8.0))
+# Think times leave the agent room to warm (6 s) before each launch; a job runs longer than
+# the warm-up, so that a cold start is measured. The whole story takes under two minutes.
+ROUNDS = (Round(2, 9.0), Round(2, 9.0), Round(2, 8.0), Round(4, 9.0), Round(2, 8.0))
 
 
 def run_pipeline(
@@ -29,7 +31,7 @@ def run_pipeline(
     *,
     rounds: tuple[Round, ...] = ROUNDS,
     epoch_s: float = 2.5,
-    pause_s: float = 4.0,
+    pause_s: float = 2.0,
     check: Callable[[], None] = lambda: None,
 ) -> list[float]:
     """Play every round; returns when the last job has ended. Job start times, for the summary.
@@ -47,7 +49,7 @@ def run_pipeline(
                 f"hf_{'x' * 30}, contact alice@example.com)\n"
             )
             for shard in range(3):
-                time.sleep(1.0)
+                time.sleep(0.5)
                 out.write(f"[round {i}] tokenizing shard {shard + 1}/3 on 10.0.0.{shard + 7}\n")
             out.write(f"[round {i}] preprocessing done\n")
             say(f"round {i}: preprocessing done; training ({r.gpus} GPUs) in {r.think_s:.0f}s")
@@ -70,5 +72,6 @@ def run_pipeline(
                 ],
                 check=True,
             )
-            time.sleep(pause_s)
+            if i < len(rounds):
+                time.sleep(pause_s)
     return starts

@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -125,14 +124,16 @@ class Demo:
             time.sleep(0.2)
 
     def stop_all(self) -> None:
+        # Last started, first stopped, one at a time: the agent cancels its holds on the way
+        # out, which needs the server still up.
         for _, proc, _ in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for _, proc, _ in reversed(self.procs):
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def _configs(demo: Demo, key_env: str) -> Path:
@@ -222,18 +223,24 @@ def run_demo(
     rounds: tuple[Round, ...] = ROUNDS,
     folder: Path | None = None,
     epoch_s: float = 2.5,
-    pause_s: float = 4.0,
-    settle_s: float = 3.0,
+    pause_s: float = 2.0,
+    settle_s: float = 2.0,
     start_timeout_s: float = 60.0,
+    explore: Callable[[Path], None] | None = None,
 ) -> int:
-    """Run the demo; 0 when it ran to the end, 1 when a piece failed (its log is named and
-    the working folder kept), 130 on Ctrl-C. `rounds` and the timings let a test run it short."""
+    """Run the demo in a fresh folder of its own; 0 when it ran to the end, 1 when a piece
+    failed (its log is named), 130 on Ctrl-C. With `keep` the cluster stays up after the
+    story, with the commands to explore it printed, until Ctrl-C (or until `explore`, given
+    the env file, returns). `rounds` and the timings let a test run it short."""
     folder = folder or Path(tempfile.mkdtemp(prefix="jitgpu-demo-"))
     demo = Demo(folder, colour=sys.stdout.isatty())
-    demo.say("demo", f"working folder {folder}")
+    main = threading.current_thread() is threading.main_thread()
+    # A `kill` stops the pieces too, as Ctrl-C does, rather than leaving them running.
+    before = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    demo.say("demo", f"this run's folder (logs, prediction log): {folder}")
     failed = False
     try:
-        _run(
+        key = _run(
             demo,
             rounds,
             epoch_s=epoch_s,
@@ -241,24 +248,76 @@ def run_demo(
             settle_s=settle_s,
             start_timeout_s=start_timeout_s,
         )
+        if keep:
+            _stay_up(demo, key, explore)
     except DemoError as exc:
         demo.say("demo", f"error: {exc}")
         failed = True
     except KeyboardInterrupt:
-        demo.say("demo", "interrupted")
-        return 130
+        if not keep:
+            demo.say("demo", "interrupted")
+            return 130
+        demo.say("demo", "stopping the cluster")
     finally:
         demo.stop_all()
+        if main:
+            signal.signal(signal.SIGTERM, before)
+    shutil.rmtree(folder / "cache", ignore_errors=True)
     if failed:
-        demo.say("demo", f"working folder kept for reading: {folder}")
+        demo.say("demo", f"read the logs in {folder}")
         return 1
-    log = _keep_log(folder, keep)
-    if not keep:
-        shutil.rmtree(folder, ignore_errors=True)
-    if log is not None:
-        demo.say("demo", f"review: jitgpu predictions score --log {log}")
-        demo.say("demo", f"        jitgpu predictions report --log {log} --out report.html")
+    log = folder / "predictions.db"
+    if log.exists():
+        jitgpu = _jitgpu_command()
+        demo.say("demo", f"review: {jitgpu} predictions score --log {log}")
+        demo.say("demo", f"        {jitgpu} predictions report --log {log} --out report.html")
     return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _jitgpu_command() -> str:
+    """How the user runs `jitgpu` from here: the venv's script, relative when it is below."""
+    script = Path(sys.executable).parent / "jitgpu"
+    if not script.exists():
+        return "jitgpu"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def _stay_up(demo: Demo, key: str, explore: Callable[[Path], None] | None) -> None:
+    """Leave the cluster running and say how to use it; an env file holds the tokens."""
+    env = demo.folder / "env"
+    fd = os.open(env, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(
+            f"export JITGPU_SERVER={demo.url}\n"
+            f"export JITGPU_TOKEN={key}\n"
+            f"export JITGPU_ADMIN_TOKEN={demo.admin_token}\n"
+        )
+    jitgpu = _jitgpu_command()
+    demo.say("demo", "-" * 60)
+    demo.say("demo", "the cluster stays up; in another shell:")
+    for line in (
+        f". {env}",
+        f"{jitgpu} alloc list",
+        f"{jitgpu} hold create 2 --wait",
+        f"{jitgpu} alloc create 2",
+        f"{jitgpu} admin nodes",
+        f"{demo.url}/docs  (API page; Authorize with $JITGPU_TOKEN)",
+    ):
+        demo.say("demo", f"  {line}")
+    demo.say("demo", "Ctrl-C here stops it")
+    if explore is not None:
+        explore(env)
+        return
+    while True:
+        demo.check_alive()
+        time.sleep(1.0)
 
 
 def _run(
@@ -269,7 +328,8 @@ def _run(
     pause_s: float,
     settle_s: float,
     start_timeout_s: float,
-) -> None:
+) -> str:
+    """The story, start to summary; returns the demo tenant's API key."""
     folder = demo.folder
     port = demo.url.rsplit(":", 1)[1]
     demo.spawn(
@@ -354,17 +414,4 @@ def _run(
     time.sleep(settle_s)  # the agent sees the last job end and learns the last outcomes
     demo.check_alive()
     _summary(demo)
-
-
-def _keep_log(folder: Path, keep: bool) -> Path | None:
-    """The prediction log outlives the working folder, so that the review line works."""
-    log = folder / "predictions.db"
-    if not log.exists():
-        return None
-    if keep:
-        return log
-    kept = Path(tempfile.gettempdir()) / "jitgpu-demo-predictions.db"
-    # The backup API copies a consistent database, WAL included, where a file copy may not.
-    with closing(sqlite3.connect(log)) as src, closing(sqlite3.connect(kept)) as dst:
-        src.backup(dst)
-    return kept
+    return key

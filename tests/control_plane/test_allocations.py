@@ -16,7 +16,8 @@ def test_allocate_places_on_registered_gpus(api: Api) -> None:
     body = r.json()
     assert body["status"] == "allocated"
     assert len(body["gpus"]) == 2 and {g["node"] for g in body["gpus"]} == {"n1"}
-    assert body["time_to_gpu_s"] == 0.0
+    # A cold assignment is not a time-to-GPU of 0: the job's own start is not seen.
+    assert body["time_to_gpu_s"] is None and "cold start not measured" in body["time_to_gpu_note"]
     assert body["warm"] is False
 
 
@@ -45,11 +46,13 @@ def test_queued_when_no_gpu_free_then_placed_on_release(api: Api) -> None:
     queued = api.http.post("/v1/allocations", json={"gpu_count": 2}, headers=headers)
     assert queued.status_code == 202
     assert queued.json()["status"] == "pending" and queued.json()["gpus"] == []
+    assert queued.json()["reason"] == "queued: 2 GPUs not free now (the cluster has 2 in all)"
     api.clock.advance(30)
     api.http.delete(f"/v1/allocations/{first['id']}", headers=headers)
     after = api.http.get(f"/v1/allocations/{queued.json()['id']}", headers=headers).json()
     assert after["status"] == "allocated"
-    assert after["time_to_gpu_s"] == 30.0
+    assert after["time_to_gpu_s"] is None
+    assert "GPUs assigned 30.0s after the request" in after["time_to_gpu_note"]
     assert {g["uuid"] for g in after["gpus"]} == {g["uuid"] for g in first["gpus"]}
 
 
@@ -75,7 +78,8 @@ def test_a_class_gets_back_what_the_other_class_borrowed(api: Api) -> None:
     api.clock.advance(10)
     api.http.delete(f"/v1/allocations/{own['id']}", headers=headers)
     after = api.http.get(f"/v1/allocations/{online['id']}", headers=headers).json()
-    assert after["status"] == "allocated" and after["time_to_gpu_s"] == 2 + 10.0
+    assert after["status"] == "allocated" and after["time_to_gpu_s"] is None
+    assert "assigned 12.0s after the request" in after["time_to_gpu_note"]
     events = api.http.get(f"/v1/events?object_id={online['id']}", headers=ADMIN).json()
     assert any("lent to the other class" in (e["reason"] or "") for e in events)
     shown = api.http.get(f"/v1/tenants/{tenant_id}", headers=ADMIN).json()
@@ -163,15 +167,6 @@ def test_events_feed_records_each_transition(api: Api) -> None:
     assert alloc["expires_at"] is not None
     events = api.http.get("/v1/events", params={"object_id": alloc["id"]}, headers=headers)
     assert [e["to_state"] for e in events.json()] == ["allocated"]
-
-
-def test_unknown_model_is_queued_not_refused(api: Api) -> None:
-    api.node("n1", gpus=2, model="A100")
-    _, headers = api.tenant(quota=2)
-    r = api.http.post(
-        "/v1/allocations", json={"gpu_count": 1, "gpu_model": "H100"}, headers=headers
-    )
-    assert r.status_code == 202 and r.json()["status"] == "pending"
 
 
 def test_bad_input_names_the_field(api: Api) -> None:

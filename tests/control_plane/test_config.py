@@ -47,3 +47,17 @@ def test_other_bad_values_are_still_shown() -> None:
 def test_a_good_token_loads() -> None:
     token = "x" * 16
     assert load_settings(env={"JITGPU_ADMIN_TOKEN": token}).admin_token == token
+
+
+def test_the_shipped_server_yaml_loads_and_paths_follow_its_folder(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    shipped = load_settings(repo / "configs" / "server.yaml", env={"XDG_DATA_HOME": "/data"})
+    assert shipped.port == 8080 and shipped.database_url == "sqlite:////data/jitgpu/jitgpu.db"
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    path = folder / "server.yaml"
+    path.write_text("database_url: sqlite:///state/cp.db\n")
+    # Whatever the working directory, a relative path in the file is beside the file.
+    assert load_settings(path, env={}).database_url == f"sqlite:///{folder / 'state' / 'cp.db'}"
+    path.write_text("database_url: sqlite:////abs/cp.db\n")
+    assert load_settings(path, env={}).database_url == "sqlite:////abs/cp.db"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -61,7 +62,8 @@ def live(
 
 def test_no_server_errors_and_answers_match_the_schema(live) -> None:  # type: ignore[no-untyped-def]
     server, tokens = live
-    api = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    api = schemathesis.openapi.from_dict(_without_security(f"{server.url}/openapi.json"))
+    api.config.update(base_url=server.url)
     operations = [result.ok() for result in api.get_all_operations()]
     assert len(operations) >= 20, "the schema lost its routes"
     failures: list[str] = []
@@ -95,6 +97,17 @@ def test_no_server_errors_and_answers_match_the_schema(live) -> None:  # type: i
             failures.append(f"{operation.label} ({mode.value}): {exc}")
     assert failures == [], "\n\n".join(failures)
     assert sent >= 5 * len(operations), f"only {sent} requests sent"
+
+
+def _without_security(url: str) -> dict:
+    """The schema less its bearer-key declaration (there for /docs' Authorize button): every
+    example here carries a key, so a negative example "without Authorization" cannot exist."""
+    raw = httpx.get(url).raise_for_status().json()
+    raw.get("components", {}).pop("securitySchemes", None)
+    for operations in raw["paths"].values():
+        for operation in operations.values():
+            operation.pop("security", None)
+    return raw
 
 
 def _in_the_past(response: Response) -> bool:

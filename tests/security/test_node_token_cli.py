@@ -39,7 +39,7 @@ def live(tmp_path: Path) -> Iterator[Live]:
     upgrade(db)
     settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False)
     with LiveServer(db, settings) as server:
-        yield Live(server.url, {"JITGPU_SERVER": server.url, "JITGPU_TOKEN": ADMIN_TOKEN})
+        yield Live(server.url, {"JITGPU_SERVER": server.url, "JITGPU_ADMIN_TOKEN": ADMIN_TOKEN})
     db.dispose()
 
 

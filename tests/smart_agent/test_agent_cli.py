@@ -44,7 +44,7 @@ def live(tmp_path: Path) -> Iterator[Live]:
                     "gpus": [{"uuid": f"G{i}", "model": "A100", "memory_mb": 1} for i in range(4)],
                 },
             )
-        admin_env = {"JITGPU_SERVER": server.url, "JITGPU_TOKEN": ADMIN_TOKEN}
+        admin_env = {"JITGPU_SERVER": server.url, "JITGPU_ADMIN_TOKEN": ADMIN_TOKEN}
         result = runner.invoke(
             app, ["admin", "tenant-create", "alice", "--quota", "2", "--json"], env=admin_env
         )

@@ -191,3 +191,19 @@ def test_job_without_a_hold_gets_a_cold_allocation_with_its_warm_up(world: World
     assert job["warm"] == 0 and job["hold_id"] is None and job["time_to_gpu_s"] is None
     alloc = world.client.get_allocation(job["allocation_id"])
     assert alloc.gpu_count == 3 and alloc.warmup == "slow" and alloc.status.value == "allocated"
+
+
+def test_a_cold_start_without_warm_up_is_asked_about_once(world: World) -> None:
+    agent = world.agent(POLICY.model_copy(update={"warmup": {}}), allocate_on_miss=True)
+    agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=1, job_id="cold"))
+    job = world.log.query("SELECT * FROM jobs")[0]
+    alloc = world.client.get_allocation(job["allocation_id"])
+    assert (
+        alloc.warmup is None
+        and alloc.time_to_gpu_s is None
+        and "cold start not measured" in (alloc.time_to_gpu_note or "")
+    )
+    agent.reconcile()
+    # Never measured: the job keeps no figure, and later reconciles no longer ask the server.
+    assert alloc.id in agent.holds.unmeasured
+    assert world.log.query("SELECT time_to_gpu_s FROM jobs")[0]["time_to_gpu_s"] is None

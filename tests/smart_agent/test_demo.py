@@ -3,7 +3,10 @@ up is named with its log, and a one-round run goes end to end."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -71,12 +74,25 @@ def test_a_wait_has_a_deadline_that_names_the_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_one_short_round_runs_end_to_end(
+def test_one_short_round_runs_end_to_end_and_keep_leaves_the_cluster_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("JITGPU_LLM_MODEL", raising=False)
     folder = tmp_path / "demo"
     folder.mkdir()
+    seen: dict[str, object] = {}
+
+    def explore(env_file: Path) -> None:
+        # What the printed commands do, in a shell with the env file sourced.
+        seen["mode"] = stat.S_IMODE(env_file.stat().st_mode)
+        seen["list"] = subprocess.run(
+            ["sh", "-c", f". {env_file} && {sys.executable} -m smart_agent.cli.main alloc list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("JITGPU_")},
+        )
+
     code = run_demo(
         keep=True,
         folder=folder,
@@ -84,11 +100,20 @@ def test_one_short_round_runs_end_to_end(
         epoch_s=0.5,
         pause_s=0.5,
         settle_s=2.0,
+        explore=explore,
     )
     out = capsys.readouterr().out
     assert code == 0, out
+    assert f"this run's folder (logs, prediction log): {folder}" in out
     assert "control plane ready" in out and "round 1: launching train.py" in out
     assert "jobs: 1;" in out, out
+    assert f"predictions score --log {folder / 'predictions.db'}" in out
+    assert "the cluster stays up" in out and f". {folder / 'env'}" in out
+    assert seen["mode"] == 0o600
+    listed = seen["list"]
+    assert isinstance(listed, subprocess.CompletedProcess)
+    assert listed.returncode == 0, listed.stderr
+    assert "allocations" in listed.stdout and "alloc_" in listed.stdout
     with sqlite3.connect(folder / "predictions.db") as db:
         jobs = db.execute("SELECT gpus, allocation_id FROM jobs").fetchall()
     assert len(jobs) == 1 and jobs[0][0] == 2 and jobs[0][1]
