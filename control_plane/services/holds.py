@@ -9,6 +9,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, HoldRow, TenantRow
+from control_plane.scheduling.idle_budget import IDLE_BUDGET_EXCEEDED
 from control_plane.schemas.allocations import Hold, HoldCreate
 from control_plane.schemas.enums import ACTIVE_HOLD_STATUSES, HoldStatus
 from control_plane.schemas.nodes import WarmupReport
@@ -16,6 +17,7 @@ from control_plane.services import lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Forbidden, Invalid, NotFound, QuotaExceeded
 from control_plane.services.events import move, note, record
+from control_plane.services.idle_usage import tenant_idle_usage
 from control_plane.services.ids import new_id
 from control_plane.services.views import hold_view
 
@@ -87,6 +89,26 @@ def _check_policy(session: Session, tenant: TenantRow, body: HoldCreate, now: fl
             f"{idle:.2f} idle GPU-hours held today reached "
             f"max_idle_gpu_hours_per_day {tenant.max_idle_gpu_hours_per_day}",
             code="idle_budget_exhausted",
+        )
+    _check_idle_budget(session, tenant, now)
+
+
+def _check_idle_budget(session: Session, tenant: TenantRow, now: float) -> None:
+    """Refuse speculation while the tenant's realised idle is over its idle_budget; only new
+    holds are refused, never allocations or claims (real demand)."""
+    if tenant.idle_budget is None:
+        return
+    usage = tenant_idle_usage(session, tenant.id, now)
+    if usage.over(tenant.idle_budget):
+        ratio = usage.ratio
+        shown = "no allocations" if ratio is None else f"idle ratio {ratio:.4f}"
+        raise QuotaExceeded(
+            f"realised idle over the last {usage.window_s / 3600:g} h "
+            f"({usage.idle_gpu_s / 3600:.2f} idle GPU-hours, {shown}) is over this tenant's "
+            f"idle_budget {tenant.idle_budget} (allowing "
+            f"{usage.allowance_gpu_s(tenant.idle_budget) / 3600:.2f} idle GPU-hours now); "
+            "new holds are refused until it falls back, allocations are not",
+            code=IDLE_BUDGET_EXCEEDED,
         )
 
 
