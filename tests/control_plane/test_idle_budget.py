@@ -32,11 +32,11 @@ def _over_budget(api: Api) -> tuple[str, dict]:
     """A tenant with idle_budget 0.05 that held 8 GPUs unclaimed for half an hour."""
     api.node("n1", gpus=16)
     tenant_id, headers = api.tenant(quota=16)
+    hold = api.http.post("/v1/holds", json={"gpu_count": 8, "ttl_s": 3600}, headers=headers)
+    assert hold.status_code == 201, hold.text
     api.policy(tenant_id, idle_budget=0.05)
     fresh = api.http.get(f"/v1/policies/{tenant_id}", headers=headers).json()
     assert fresh["idle_ratio"] is None and fresh["over_idle_budget"] is False
-    hold = api.http.post("/v1/holds", json={"gpu_count": 8, "ttl_s": 3600}, headers=headers)
-    assert hold.status_code == 201, hold.text
     api.clock.advance(1800)  # 8 GPUs x 0.5 h = 4 idle GPU-hours, allowance 0.05 x 8 = 0.4
     assert api.http.delete(f"/v1/holds/{hold.json()['id']}", headers=headers).status_code == 200
     return tenant_id, headers
@@ -97,3 +97,24 @@ def test_without_an_idle_budget_nothing_is_refused_for_it(api: Api) -> None:
     assert info["idle_window_gpu_hours"] == 4.0 and info["over_idle_budget"] is False
     r = api.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 60}, headers=headers)
     assert r.status_code == 201, r.text
+
+
+def test_a_hold_is_shortened_to_what_is_left_of_the_budget(api: Api) -> None:
+    api.node("n1", gpus=16)
+    tenant_id, headers = api.tenant(quota=16)
+    api.policy(tenant_id, idle_budget=0.05)  # no work yet: 0.05 x 8 GPU-hours = 1440 GPU-s
+    r = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers)
+    assert r.status_code == 201, r.text
+    assert r.json()["ttl_s"] == 720 and "idle_budget" in r.json()["reason"]
+    # 6 GPUs placed 300 s before their start would spend the 1440 before the start.
+    r = api.http.post(
+        "/v1/holds",
+        json={"gpu_count": 6, "ttl_s": 600, "start_in_s": 600, "lead_s": 300},
+        headers=headers,
+    )
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["code"] == "idle_budget_exceeded" and error["field"] == "gpu_count"
+    assert "idle_budget 0.05" in error["message"]
+    small = api.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 300}, headers=headers)
+    assert small.status_code == 201 and small.json()["ttl_s"] == 300
