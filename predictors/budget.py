@@ -114,6 +114,16 @@ class BudgetController:
         ratio = self.ratio()
         if ratio is None:
             return self.price
+        return self._steer(ratio)
+
+    def observe(self, *, extra_idle_gpu_s: float, busy_gpu_s: float) -> float:
+        """Steer from a window's totals the caller measured itself (the agent sums them from
+        its own records over the same sliding window) and return the price to use now."""
+        if busy_gpu_s < self.min_busy_gpu_s:
+            return self.price
+        return self._steer(extra_idle_gpu_s / busy_gpu_s)
+
+    def _steer(self, ratio: float) -> float:
         aim = max(self.budget * self.target, 1e-6)
         error = max(-1.0, min(2.0, (ratio - aim) / aim))
         lo, hi = log(self.min_price / self.start_price), log(self.max_price / self.start_price)

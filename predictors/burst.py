@@ -80,6 +80,8 @@ class BurstPredictor:
         if price is not None and not price > 0:
             raise ValueError(f"price must be positive, not {price}")
         self.price = price
+        # Per-user prices (a budget controller per tenant) override `price` for those users.
+        self.user_prices: dict[str, float] = {}
         self.lead_s = check_positive("lead_s", lead_s)
         if pool_weight < 0:
             raise ValueError("pool_weight must not be negative")
@@ -164,7 +166,7 @@ class BurstPredictor:
             choice = choose(
                 view,
                 gpus=size,
-                price=self.price or 0.0,
+                price=self.user_prices.get(context.user, self.price or 0.0),
                 lead_s=self.lead_s,
                 warm=self.warm_after_finish and just_ended and k == 1,
                 fit=value_fit * wait * WEIGHTS[self.weigh](size),

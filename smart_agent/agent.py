@@ -17,6 +17,7 @@ from predictors.context import Context
 from predictors.types import Event, EventKind, Forecast
 from smart_agent.client import Client, JitgpuError
 from smart_agent.decide import Decision, HeldWindow, PolicyState, decide, wire_gpu_model
+from smart_agent.idle_steer import IdleSteer
 from smart_agent.outcomes import HoldKeeper, Notify, idle_minutes, idle_of
 from smart_agent.policy import Policy
 from smart_agent.predictor_set import PredictorSet
@@ -87,6 +88,7 @@ class Agent:
         self.history = HistoryBuilder()
         self._open_jobs: dict[str, OpenJob] = {}
         self._last_cue: str | None = None
+        self.steer: IdleSteer | None = None
 
     # --- events ----------------------------------------------------------------------
     def observe(self, event: Event) -> None:
@@ -289,6 +291,7 @@ class Agent:
         cue = cue or _pending_cue(context) or (self._last_cue if trigger == "cue" else None)
         cue = None if cue is None else str(cue)
         report = CycleReport()
+        self._steer(now)
         report.forecasts = self.predictors.predict(context, now)
         cycle_id = self.log.cycle(
             at=now, user=self.user, trigger=trigger, cue=cue, context=_context_summary(context)
@@ -350,6 +353,16 @@ class Agent:
             unheard=self.predictors.unheard(),
         )
         return report
+
+    def _steer(self, now: float) -> None:
+        """With an idle budget, move the priced forecast's price by what was realised."""
+        budget = self.policy.idle_budget
+        if budget is None:
+            self.steer = None
+            return
+        if self.steer is None or self.steer.budget != budget:
+            self.steer = IdleSteer(budget, lead_s=self.policy.lead_s)
+        self.steer.step(self.log, now, self.predictors.priced())
 
     def _request(self, decision: Decision, forecast_id: int, now: float) -> str | None:
         intent = decision.intent

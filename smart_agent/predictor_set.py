@@ -141,6 +141,14 @@ class PredictorSet:
     def _everyone(self) -> list[Recorded]:
         return [*self.members, *self._reserve]
 
+    def priced(self) -> list[BurstPredictor]:
+        """The members forecasting at a price, which the agent's budget steering moves."""
+        return [
+            m.inner
+            for m in self._everyone()
+            if isinstance(m.inner, BurstPredictor) and m.inner.price is not None
+        ]
+
     def unheard(self) -> set[str]:
         """Members that gave no usable answer on the last call: they failed (an error, a
         rate cap, the day's budget spent) or were not asked. Their silence is no evidence."""

@@ -35,6 +35,7 @@ from predictors.budget import (
     MAX_PRICE,
     MIN_PRICE,
     BudgetController,
+    TenantBudgets,
 )
 from predictors.burst import BurstPredictor
 
@@ -55,6 +56,9 @@ class BudgetedPolicy(ForecastPolicy):
         self.period_s = DEFAULT_PERIOD_S
         self._bursts: list[BurstPredictor] = []
         self._next_update = 0.0
+        # With a controller per tenant (users of the trace): theirs beside the cluster's.
+        self.tenants: TenantBudgets | None = None
+        self._users: set[str] = set()
 
     def steer(
         self, budget: BudgetController, period_s: float, bursts: list[BurstPredictor]
@@ -68,6 +72,7 @@ class BudgetedPolicy(ForecastPolicy):
         self._set_price(self.budget.price)
 
     def on_arrival(self, job: Job, now: float, ctl: Control) -> None:
+        self._users.add(job.user)
         self._maybe_update(now, ctl)
         super().on_arrival(job, now, ctl)
 
@@ -80,6 +85,16 @@ class BudgetedPolicy(ForecastPolicy):
             return
         self._next_update = now + self.period_s
         self._set_price(self.budget.update(ctl.totals()))
+        tenants = self.tenants
+        if tenants is None:
+            return
+        for user in self._users:
+            tenants.for_tenant(user).update(ctl.user_totals(user))
+        # A user's price is the higher of its own and the cluster's: neither budget is
+        # exceeded to please the other.
+        prices = {user: tenants.price(user) for user in self._users}
+        for burst in self._bursts:
+            burst.user_prices = prices
 
     def _set_price(self, price: float) -> None:
         for burst in self._bursts:
@@ -89,14 +104,36 @@ class BudgetedPolicy(ForecastPolicy):
         # The price the controller reached on the training days is where it starts here.
         if isinstance(trained, BudgetedPolicy):
             self.budget.start_price = self.budget.price = trained.budget.price
+            if self.tenants is not None and trained.tenants is not None:
+                for user, learnt in trained.tenants.tenants.items():
+                    mine = self.tenants.for_tenant(user)
+                    mine.start_price = mine.price = learnt.price
 
     def report(self) -> dict[str, object]:
         """Figures the replay adds to this policy's result."""
-        return {
+        out: dict[str, object] = {
             "idle_budget": self.budget.budget,
             "final_price": round(self.budget.price, 6),
             "price_updates": self.budget.updates,
         }
+        if self.tenants is not None:
+            out.update(tenant_report(self.tenants))
+        return out
+
+
+def tenant_report(tenants: TenantBudgets) -> dict[str, object]:
+    """Per-tenant control at the end: how many were judged, how many were over budget in
+    their last window, and the spread of their prices."""
+    ratios = {u: c.ratio() for u, c in tenants.tenants.items()}
+    judged = {u: r for u, r in ratios.items() if r is not None}
+    prices = sorted(tenants.price(u) for u in tenants.tenants)
+    return {
+        "tenant_controllers": len(tenants.tenants),
+        "tenants_judged": len(judged),
+        "tenants_over_budget": sum(r > tenants.budget for r in judged.values()),
+        "tenant_price_min": round(prices[0], 6) if prices else None,
+        "tenant_price_max": round(prices[-1], 6) if prices else None,
+    }
 
 
 def _default(arg: str | None) -> Policy:
@@ -108,6 +145,7 @@ def _default(arg: str | None) -> Policy:
             "price",
             "period",
             "session",
+            "tenants",
             *SESSION_OPTIONS,
             *BURST_OPTIONS,
             *ADAPTER,
@@ -122,7 +160,7 @@ def _default(arg: str | None) -> Policy:
     start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
     period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
-    for key in ("budget", "window", "period", "session", *SESSION_OPTIONS):
+    for key in ("budget", "window", "period", "session", "tenants", *SESSION_OPTIONS):
         burst_options.pop(key, None)
     predictor = burst_predictor(burst_options)
     policy = adapt(predictor, burst_options, cls=BudgetedPolicy)
@@ -139,7 +177,11 @@ def _default(arg: str | None) -> Policy:
             follow_cold_start(model, ctl)
 
         policy.on_begin = begin
-    controller = BudgetController(budget, window_s=window, price=min(start, MAX_PRICE))
+    price = min(start, MAX_PRICE)
+    controller = BudgetController(budget, window_s=window, price=price)
+    if flag(options, "tenants", False):
+        policy.tenants = TenantBudgets(budget, window_s=window, price=price)
+        controller = policy.tenants.cluster
     policy.steer(controller, period, bursts_in(predictor))
     return policy
 
@@ -149,5 +191,5 @@ register_policy(
     _default,
     "the agent's default: priced burst (jobs=4, size=ending) with its price steered to keep "
     f"idle within budget= over window= s (default {DEFAULT_BUDGET:g}, {DEFAULT_WINDOW_S:g}; "
-    f"jobs up to {MAX_CLUMP_JOBS})",
+    f"jobs up to {MAX_CLUMP_JOBS}); tenants=1 adds a controller per user of the trace",
 )

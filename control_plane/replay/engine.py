@@ -11,6 +11,7 @@ from control_plane.replay.holds import Hold, HoldBook, Intent
 from control_plane.replay.metrics import Recorder, classify_miss, is_day_start
 from control_plane.replay.policies import Policy
 from control_plane.replay.trace import Job
+from control_plane.replay.user_totals import UserLedger
 from control_plane.scheduling.cluster import ClusterState, uniform_cluster
 from control_plane.scheduling.fairshare import (
     DEFAULT_AGING_S,
@@ -74,6 +75,7 @@ class Simulator:
         self._queued = 0
         self._arrival_info: dict[int, ArrivalInfo] = {}
         self._running: dict[int, list[str]] = {}
+        self.users = UserLedger()
         self._last_arrival: dict[str, float] = {}
         self._usage: dict[str, DecayedUsage] = {}
         self._usage_total = DecayedUsage()
@@ -141,6 +143,13 @@ class Simulator:
         idle += sum(len(h.gpus) * (now - h.aside_at) for h in self.book.holds.values())
         busy = max(0.0, rec.taken_gpu_s - idle)
         return Totals(now, busy, idle, rec.reactive_idle_gpu_s)
+
+    def user_totals(self, user: str) -> Totals:
+        now = self._now
+        idle = self.rec.user_idle_gpu_s.get(user, 0.0)
+        idle += sum(len(h.gpus) * (now - h.aside_at) for h in self.book.user_holds(user))
+        users = self.users
+        return Totals(now, users.busy(user, now), idle, users.reactive.get(user, 0.0))
 
     def release(self, user: str) -> None:
         for hold in self.book.user_holds(user):
@@ -284,7 +293,7 @@ class Simulator:
         rec = self.rec
         if fresh:
             gpus.extend(fresh)
-            rec.charge_idle(now, now + self._cold, start, len(fresh))
+            rec.charge_idle(now, now + self._cold, start, len(fresh), job.user)
         ttg = start - job.submit
         rec.queue_wait.append(now - job.submit)
         # A warm hit starts at once on its user's ready holds alone: with no cold start a fresh
@@ -302,6 +311,9 @@ class Simulator:
         )
         self._usage_total = self._usage_total.charge(used, now, half)
         self._running[job.seq] = gpus
+        self.users.started(
+            job.user, job.seq, start=start, duration=job.duration, gpus=job.gpus, cold_s=self._cold
+        )
         self._push(start + job.duration, FINISH, job)
         return True
 
@@ -319,6 +331,7 @@ class Simulator:
 
     def _finish(self, job: Job) -> None:
         gpus = self._running.pop(job.seq)
+        self.users.finished(job.user, job.seq)
         self._finishing = (job, gpus)
         try:
             self.policy.on_finish(job, self._now, self)

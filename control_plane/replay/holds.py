@@ -115,7 +115,7 @@ class HoldBook:
             del hold.gpus[:take]
             self.held_total -= take
             rec.hold_gpus_claimed += take
-            rec.charge_idle(hold.aside_at, hold.warm_at, start, take)
+            rec.charge_idle(hold.aside_at, hold.warm_at, start, take, hold.user)
             if not hold.gpus:
                 self._forget(hold)
         return gpus
@@ -123,7 +123,7 @@ class HoldBook:
     def end(self, hold: Hold, now: float, *, preempted: bool) -> None:
         """Expire or preempt a hold: its unclaimed GPUs were idle from set-aside until now."""
         count = len(hold.gpus)
-        self.rec.charge_idle(hold.aside_at, hold.warm_at, now, count)
+        self.rec.charge_idle(hold.aside_at, hold.warm_at, now, count, hold.user)
         if preempted:
             self.rec.hold_gpus_preempted += count
         else:

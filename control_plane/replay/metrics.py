@@ -115,6 +115,7 @@ class Recorder:
     claims_misfit: int = 0  # jobs whose held GPUs spanned too many nodes: started fresh
     jobs_skipped: int = 0
     taken_gpu_s: float = 0.0
+    user_idle_gpu_s: dict[str, float] = field(default_factory=dict)  # charged per user
     misses: dict[str, int] = field(default_factory=lambda: {m.value: 0 for m in Miss})
     miss_ttg_s: dict[str, float] = field(default_factory=lambda: {m.value: 0.0 for m in Miss})
     day_starts: int = 0
@@ -135,10 +136,15 @@ class Recorder:
             self.day_start_hits += miss is None
             self.day_start_ttg_s += ttg
 
-    def charge_idle(self, aside_at: float, warm_at: float, until: float, gpus: int = 1) -> None:
-        """GPUs set aside at `aside_at`, warm at `warm_at`, idle until `until`."""
+    def charge_idle(
+        self, aside_at: float, warm_at: float, until: float, gpus: int = 1, user: str | None = None
+    ) -> None:
+        """GPUs set aside at `aside_at`, warm at `warm_at`, idle until `until` (for `user`)."""
         if gpus <= 0 or until <= aside_at:
             return
+        if user is not None:
+            by_user = self.user_idle_gpu_s
+            by_user[user] = by_user.get(user, 0.0) + (until - aside_at) * gpus
         warm_end = min(warm_at, until)
         if warm_end > aside_at:
             self.warming_gpu_s += (warm_end - aside_at) * gpus

@@ -45,6 +45,10 @@ class Control(Protocol):
         """Running GPU-second totals so far: busy, idle, and what reactive would idle."""
         ...
 
+    def user_totals(self, user: str) -> Totals:
+        """The same totals for one user's jobs and holds."""
+        ...
+
 
 class Policy:
     """A pre-warm policy: hooks called in virtual time; the default does nothing (reactive).

@@ -120,3 +120,19 @@ class TenantPolicyInfo(TenantPolicy):
     idle_gpu_hours_today: float = Field(
         strict=True, description="Idle held GPU-hours charged today (UTC)."
     )
+    idle_ratio: float | None = Field(
+        default=None,
+        description="Realised idle over the last idle_window_s: held-but-unclaimed GPU-seconds "
+        "(a claimed hold's own warm-up not counted) per GPU-second of allocations; null "
+        "while nothing ran.",
+    )
+    idle_window_s: float = Field(default=86400.0, description="The window idle_ratio covers.")
+    idle_window_gpu_hours: float = Field(
+        default=0.0, description="Idle held GPU-hours beyond reactive in the window."
+    )
+    busy_window_gpu_hours: float = Field(
+        default=0.0, description="GPU-hours of this tenant's allocations in the window."
+    )
+    over_idle_budget: bool = Field(
+        default=False, description="Whether new holds are refused now for idle_budget."
+    )

@@ -9,6 +9,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, HoldRow, TenantRow
+from control_plane.scheduling.idle_budget import IDLE_BUDGET_EXCEEDED
 from control_plane.schemas.allocations import Hold, HoldCreate
 from control_plane.schemas.enums import ACTIVE_HOLD_STATUSES, HoldStatus
 from control_plane.schemas.nodes import WarmupReport
@@ -16,11 +17,13 @@ from control_plane.services import feasible, lifecycle, placing
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Forbidden, Invalid, NotFound, QuotaExceeded
 from control_plane.services.events import move, note, record
+from control_plane.services.idle_usage import tenant_idle_usage
 from control_plane.services.ids import new_id
 from control_plane.services.views import hold_view
 
 ACTIVE_HOLDS = [s.value for s in ACTIVE_HOLD_STATUSES]
 DEFAULT_LEAD_S = 120
+MIN_SHORTENED_TTL_S = 60  # a hold shorter than this is unlikely to be claimed: refuse instead
 
 
 def tenant_hold_or_404(session: Session, *, tenant_id: str | None, hold_id: str) -> HoldRow:
@@ -90,6 +93,50 @@ def _check_policy(session: Session, tenant: TenantRow, body: HoldCreate, now: fl
         )
 
 
+def _fit_idle_budget(
+    session: Session,
+    tenant: TenantRow,
+    body: HoldCreate,
+    *,
+    start_at: float,
+    lead_s: int,
+    now: float,
+) -> int:
+    """The hold's TTL within the tenant's idle_budget: refused while the realised idle is over
+    it, shortened so that the hold, held unclaimed to its end, stays within what is left.
+    Only new holds are steered, never allocations or claims (real demand)."""
+    if tenant.idle_budget is None:
+        return body.ttl_s
+    usage = tenant_idle_usage(session, tenant.id, now)
+    allowance = usage.allowance_gpu_s(tenant.idle_budget)
+    ratio = usage.ratio
+    shown = "no allocations" if ratio is None else f"idle ratio {ratio:.4f}"
+    said = (
+        f"realised idle over the last {usage.window_s / 3600:g} h "
+        f"({usage.idle_gpu_s / 3600:.2f} idle GPU-hours, {shown}) against this tenant's "
+        f"idle_budget {tenant.idle_budget} (allowing {allowance / 3600:.2f} idle GPU-hours now)"
+    )
+    if usage.over(tenant.idle_budget):
+        raise QuotaExceeded(
+            f"{said} is over it; new holds are refused until it falls back, allocations are not",
+            code=IDLE_BUDGET_EXCEEDED,
+        )
+    # Worst case: placed at start - lead (or now) and never claimed until it expires.
+    before_start = start_at - max(now, start_at - lead_s)
+    fits = int((allowance - usage.idle_gpu_s) / body.gpu_count - before_start)
+    if fits >= body.ttl_s:
+        return body.ttl_s
+    if fits < MIN_SHORTENED_TTL_S:
+        raise QuotaExceeded(
+            f"{said}: {body.gpu_count} GPUs held from {before_start:.0f} s before their start "
+            f"would leave under {MIN_SHORTENED_TTL_S} s of ttl_s; ask for fewer GPUs or a "
+            "shorter lead",
+            code=IDLE_BUDGET_EXCEEDED,
+            field="gpu_count",
+        )
+    return fits
+
+
 def create(
     session: Session,
     *,
@@ -105,7 +152,9 @@ def create(
         start_at = body.start_at.timestamp()
     else:
         start_at = now + (body.start_in_s or 0.0)
-    expires_at = start_at + body.ttl_s
+    lead_s = default_lead_s if body.lead_s is None else body.lead_s
+    ttl_s = _fit_idle_budget(session, tenant, body, start_at=start_at, lead_s=lead_s, now=now)
+    expires_at = start_at + ttl_s
     if expires_at <= now:
         raise Invalid(
             "start_at + ttl_s is already in the past", code="hold_in_past", field="start_at"
@@ -117,8 +166,8 @@ def create(
         gpu_count=body.gpu_count,
         gpu_model=body.gpu_model,
         start_at=start_at,
-        ttl_s=body.ttl_s,
-        lead_s=default_lead_s if body.lead_s is None else body.lead_s,
+        ttl_s=ttl_s,
+        lead_s=lead_s,
         expires_at=expires_at,
         confidence=body.confidence,
         source=body.source.value,
@@ -135,8 +184,15 @@ def create(
         tenant_id=tenant_id,
         to_state=hold.status,
         at=now,
-        reason=f"requested by {hold.source}",
+        reason=f"requested by {hold.source}"
+        + (
+            ""
+            if ttl_s == body.ttl_s
+            else f"; ttl_s {body.ttl_s} shortened to {ttl_s} by idle_budget"
+        ),
     )
+    if ttl_s != body.ttl_s:
+        hold.reason = f"ttl_s {body.ttl_s} shortened to {ttl_s} to stay within idle_budget"
     session.flush()
     if hold.start_at - hold.lead_s <= now:
         try_place_hold(session, placing.load_cluster(session), hold, tenant, now=now)

@@ -11,9 +11,12 @@ from control_plane.db.models import TenantRow
 from control_plane.schemas.tenants import TenantPolicy, TenantPolicyInfo
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.holds import held_gpus, idle_gpu_hours_today
+from control_plane.services.idle_usage import tenant_idle_usage
 
 
 def _info(session: Session, row: TenantRow, now: float) -> TenantPolicyInfo:
+    usage = tenant_idle_usage(session, row.id, now)
+    ratio = usage.ratio
     return TenantPolicyInfo(
         tenant_id=row.id,
         max_held_gpus=row.max_held_gpus,
@@ -24,6 +27,11 @@ def _info(session: Session, row: TenantRow, now: float) -> TenantPolicyInfo:
         idle_budget=row.idle_budget,
         held_gpus=held_gpus(session, row.id),
         idle_gpu_hours_today=round(idle_gpu_hours_today(session, row.id, now), 6),
+        idle_ratio=None if ratio is None else round(ratio, 6),
+        idle_window_s=usage.window_s,
+        idle_window_gpu_hours=round(usage.idle_gpu_s / 3600, 6),
+        busy_window_gpu_hours=round(usage.busy_gpu_s / 3600, 6),
+        over_idle_budget=row.idle_budget is not None and usage.over(row.idle_budget),
     )
 
 

@@ -121,6 +121,7 @@ def run(
 def status(config: Path | None = ConfigOpt) -> None:
     """What the agent has done: holds pending, today's idle GPU-hours, recent decisions."""
     from smart_agent.config import load_agent_config
+    from smart_agent.idle_steer import STEER_META_KEY, realised
     from smart_agent.predlog import PredictionLog
     from smart_agent.runner import UNRECOGNIZED_KEY
     from smart_agent.yamlconf import ConfigError
@@ -134,6 +135,8 @@ def status(config: Path | None = ConfigOpt) -> None:
     log = PredictionLog(cfg.prediction_log)
     try:
         unrecognized = json.loads(log.get_meta(UNRECOGNIZED_KEY) or "[]")
+        steer = json.loads(log.get_meta(STEER_META_KEY) or "null")
+        now_real = realised(log, time.time(), window_s=steer["window_s"]) if steer else None
         pending = log.pending_holds()
         day = time.time() - 86400
         rows = log.query(
@@ -154,6 +157,15 @@ def status(config: Path | None = ConfigOpt) -> None:
         + ", ".join(f"{r['n']} {r['decision']}" for r in rows)
         + f"; jobs {jobs['n']} ({jobs['warm'] or 0} warm)"
     )
+    if steer and now_real is not None:
+        # The budget next to what was realised, so an operator sees whether it holds.
+        ratio = "n/a (no busy time)" if now_real.ratio is None else f"{now_real.ratio:.4f}"
+        console.print(
+            f"idle budget {steer['budget']}: realised {ratio} over the last "
+            f"{now_real.window_s / 3600:g} h ({now_real.idle_gpu_s / 3600:.2f} idle GPU-h, "
+            f"{now_real.busy_gpu_s / 3600:.2f} busy GPU-h); price {steer['price']:.4g}",
+            highlight=False,
+        )
     if unrecognized:
         console.print(
             "not recognized (no line understood; see `jitgpu agent inspect FILE`): "

@@ -1,0 +1,85 @@
+"""A budget controller per user of the trace beside the cluster's (`default:tenants=1`)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from control_plane.replay.api import load_plugins
+from control_plane.replay.budget_policy import BudgetedPolicy
+from control_plane.replay.engine import SimConfig, Simulator
+from control_plane.replay.policies import make_policy
+from control_plane.replay.trace import Job
+
+
+def _trace(days: float = 2.0) -> list[Job]:
+    """User a submits 2-GPU jobs at random (mean gap 1500 s): holds for a are mostly idle.
+    User c runs 8 GPUs around the clock in 4-hour jobs: busy time that dilutes the cluster's
+    ratio, so a cluster-wide controller alone lets a idle far over the budget."""
+    rng = random.Random(11)
+    rows: list[tuple[str, float, int, float]] = []
+    t = 0.0
+    while t < days * 86400:
+        t += rng.expovariate(1 / 1500.0)
+        rows.append(("a", float(round(t)), 2, 600.0))
+    rows += [("c", 14400.0 * i + 5, 8, 14400.0) for i in range(int(days * 6))]
+    rows.sort(key=lambda r: r[1])
+    return [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(rows)]
+
+
+def _extra(sim: Simulator, user: str) -> float:
+    t = sim.user_totals(user)
+    return (t.idle_gpu_s - t.reactive_idle_gpu_s) / t.busy_gpu_s
+
+
+def _sim(jobs: list[Job], spec: str) -> tuple[Simulator, BudgetedPolicy]:
+    load_plugins()
+    policy = make_policy(spec)
+    assert isinstance(policy, BudgetedPolicy)
+    return Simulator(jobs, policy, SimConfig(64, gpus_per_node=8, cold_start_s=100.0)), policy
+
+
+def test_per_user_totals_add_up_to_the_clusters() -> None:
+    sim, _ = _sim(_trace(0.5), "default:budget=0.05,tenants=1")
+    sim.run()
+    whole = sim.totals()
+    parts = [sim.user_totals(u) for u in "ac"]
+    assert sum(p.idle_gpu_s for p in parts) == pytest.approx(whole.idle_gpu_s)
+    assert sum(p.reactive_idle_gpu_s for p in parts) == pytest.approx(whole.reactive_idle_gpu_s)
+    assert sum(p.busy_gpu_s for p in parts) == pytest.approx(whole.busy_gpu_s, rel=1e-6)
+    assert parts[0].idle_gpu_s > parts[0].reactive_idle_gpu_s and parts[1].busy_gpu_s > 0
+
+
+def test_a_user_over_its_budget_is_priced_by_its_own_controller() -> None:
+    jobs = _trace()
+    spec = "default:budget=0.05,window=21600"
+    sim, policy = _sim(jobs, f"{spec},tenants=1")
+    result = sim.run()
+    assert result["tenant_controllers"] == 2 and result["tenants_judged"] == 2
+    tenants = policy.tenants
+    assert tenants is not None
+    a, c, cluster = tenants.tenants["a"], tenants.tenants["c"], tenants.cluster
+    assert a.price > cluster.price > c.price
+    (burst,) = policy._bursts
+    assert burst.user_prices == {"a": a.price, "c": cluster.price}
+    alone, plain = _sim(jobs, spec)
+    whole = alone.run()
+    assert "tenant_controllers" not in whole and plain.tenants is None
+    # The cluster's controller alone let a idle 0.9 GPU-hours per busy GPU-hour (c's busy
+    # hours hid it); its own controller cuts that to under a third, and the cluster's too.
+    assert _extra(sim, "a") < _extra(alone, "a") / 3
+    assert result["extra_idle_ratio"] < whole["extra_idle_ratio"]
+
+
+def test_tenants_option_is_checked_and_adopted() -> None:
+    load_plugins()
+    with pytest.raises(ValueError, match="'tenants'"):
+        make_policy("default:tenants=maybe")
+    trained = make_policy("default:tenants=1")
+    assert isinstance(trained, BudgetedPolicy) and trained.tenants is not None
+    trained.tenants.for_tenant("a").price = 0.3
+    fresh = make_policy("default:tenants=1")
+    assert isinstance(fresh, BudgetedPolicy) and fresh.tenants is not None
+    fresh.adopt(trained)
+    assert fresh.tenants.tenants["a"].price == fresh.tenants.tenants["a"].start_price == 0.3

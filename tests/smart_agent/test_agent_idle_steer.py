@@ -1,0 +1,133 @@
+"""The agent steers its priced forecast to the idle budget from its own realised idle."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from typer.testing import CliRunner
+
+from predictors.budget import price_for_budget
+from predictors.types import Forecast
+from smart_agent.agent import Agent
+from smart_agent.cli.main import app
+from smart_agent.idle_steer import STEER_META_KEY, IdleSteer, realised
+from smart_agent.policy import Policy
+from smart_agent.predictor_set import PredictorSet
+from smart_agent.predlog import PredictionLog
+from tests.smart_agent.agent_world import USER, World
+
+NOW = 2_000_000.0
+
+
+def _hold(log: PredictionLog, hold_id: str, *, made: float, start: float, gpus: int) -> None:
+    fid = log.forecast(
+        Forecast(start, start + 600, gpus, 0.9, "burst"),
+        cycle_id=None,
+        made_at=made,
+        user=USER,
+        decision="accepted",
+        reason="ok",
+    )
+    log.hold_made(fid, hold_id=hold_id, gpus=gpus)
+
+
+def _job(log: PredictionLog, at: float, gpus: int, ended: float | None) -> None:
+    job_id = log.job(at=at, user=USER, gpus=gpus, gpu_model=None, source="t", job_ref=None)
+    if ended is not None:
+        log.job_update(job_id, ended_at=ended)
+
+
+def _idle_day(log: PredictionLog, now: float) -> None:
+    """Within the hour before `now`: 2 idle GPU-hours (an 8-GPU hold unclaimed for 15 min)
+    and 4 busy GPU-hours (4 GPUs for an hour): a ratio of 0.5, ten times a 0.05 budget."""
+    _hold(log, "h-idle", made=now - 3000, start=now - 2880, gpus=8)
+    log.hold_outcome("h-idle", outcome="expired", at=now - 2100, idle_gpu_minutes=8 * 15)
+    _job(log, now - 3600, 4, now)
+
+
+def test_realised_sums_only_the_window(tmp_path: Path) -> None:
+    log = PredictionLog(tmp_path / "p.db")
+    _hold(log, "h1", made=NOW - 3000, start=NOW - 2880, gpus=4)
+    log.hold_outcome("h1", outcome="expired", at=NOW - 1200, idle_gpu_minutes=4 * 30)
+    _hold(log, "h2", made=NOW - 600, start=NOW - 480, gpus=2)  # pending, placed at NOW - 600
+    _hold(log, "h3", made=NOW - 9000, start=NOW - 8880, gpus=8)
+    log.hold_outcome("h3", outcome="expired", at=NOW - 4000, idle_gpu_minutes=8 * 60)
+    _hold(log, "h4", made=NOW - 4200, start=NOW - 4080, gpus=1)  # half inside the window
+    log.hold_outcome(
+        "h4", outcome="claimed", at=NOW - 3000, claimed_at=NOW - 3000, idle_gpu_minutes=20
+    )
+    _job(log, NOW - 2000, 8, NOW - 1000)
+    _job(log, NOW - 500, 4, None)  # still running
+    _job(log, NOW - 5000, 2, NOW - 3000)  # its last 600 s are inside
+    got = realised(log, NOW, window_s=3600, lead_s=120)
+    assert got.idle_gpu_s == 4 * 1800 + 2 * 600 + 1 * 600
+    assert got.busy_gpu_s == 8 * 1000 + 4 * 500 + 2 * 600
+    log.close()
+
+
+def test_the_price_rises_when_over_budget_falls_under_it_and_steps_at_its_pace(
+    tmp_path: Path,
+) -> None:
+    over = PredictionLog(tmp_path / "over.db")
+    _idle_day(over, NOW)
+    member = SimpleNamespace(price=1.0)
+    steer = IdleSteer(0.05, window_s=3600, every_s=300)
+    start = price_for_budget(0.05)
+    price = steer.step(over, NOW, [member])
+    assert steer.last is not None and steer.last.ratio == 0.5
+    assert price > start and member.price == price
+    steer.step(over, NOW + 100, [member])  # not due yet: no second controller step
+    assert steer.controller.updates == 1
+    steer.step(over, NOW + 300, [member])
+    assert steer.controller.updates == 2 and steer.price >= price
+    saved = json.loads(over.get_meta(STEER_META_KEY) or "{}")
+    assert saved["budget"] == 0.05 and saved["price"] == steer.price
+    over.close()
+
+    under = PredictionLog(tmp_path / "under.db")
+    _job(under, NOW - 3600, 8, None)  # 8 busy GPU-hours, nothing idle
+    low = IdleSteer(0.05, window_s=3600)
+    assert low.step(under, NOW, []) < start and low.last and low.last.ratio == 0.0
+    under.close()
+
+
+def test_the_agent_moves_its_burst_price_by_what_it_idled(world: World) -> None:
+    policy = Policy(predictors=["burst"], idle_budget=0.05)
+    agent = Agent(
+        user=USER,
+        policy=policy,
+        client=world.client,
+        log_=world.log,
+        predictors=PredictorSet(policy),
+        clock=world.clock,
+    )
+    now = world.clock()
+    (burst,) = agent.predictors.priced()
+    assert burst.price == price_for_budget(0.05)
+    _idle_day(world.log, now)
+    agent.cycle(trigger="timer")
+    assert agent.steer is not None and agent.steer.last is not None
+    assert agent.steer.last.ratio == 0.5 and burst.price > price_for_budget(0.05)
+    agent.policy = Policy(predictors=["burst"])  # the budget removed: no steering
+    agent.cycle(trigger="timer")
+    assert agent.steer is None
+
+
+def test_agent_status_shows_the_realised_idle_next_to_the_budget(tmp_path: Path) -> None:
+    log_path = tmp_path / "p.db"
+    (tmp_path / "policy.yaml").write_text("idle_budget: 0.05\n")
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"user: alice\npolicy: policy.yaml\nprediction_log: {log_path}\n")
+    log = PredictionLog(log_path)
+    now = time.time()  # the status command reads the wall clock; the data sits around it
+    _idle_day(log, now)
+    IdleSteer(0.05, window_s=7200).step(log, now, [])
+    log.close()
+    result = CliRunner().invoke(app, ["agent", "status", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stdout.split())  # the console wraps long lines
+    assert "idle budget 0.05: realised 0.5000 over the last 2 h" in said
+    assert "(2.00 idle GPU-h, 4.00 busy GPU-h)" in said
