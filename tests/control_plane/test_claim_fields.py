@@ -25,12 +25,15 @@ def test_an_online_claim_counts_against_the_online_share(api: Api) -> None:
     assert claimed["hold_id"] == hold["id"] and claimed["job_class"] == "online"
     batch = api.http.post("/v1/allocations", json={"gpu_count": 2}, headers=headers)
     assert batch.status_code == 201, batch.text
-    # Online holds its whole share, batch its own: nothing is lent, so a third online GPU is
-    # refused. Counted as batch, the claim would have made batch a borrower and queued this.
+    # Online holds its whole share, batch its own: nothing is lent, so a third online GPU
+    # waits for the tenant's quota. Counted as batch, the claim would have made batch a
+    # borrower of online's share, and this request would wait for GPUs lent to batch.
     more = api.http.post(
         "/v1/allocations", json={"gpu_count": 1, "job_class": "online"}, headers=headers
     )
-    assert more.status_code == 429, more.text
+    assert more.status_code == 202 and more.json()["status"] == "pending", more.text
+    assert "exceed quota 4" in more.json()["reason"]
+    assert "lent" not in more.json()["reason"]
 
 
 def test_a_claim_by_hold_id_keeps_class_strategy_and_warmup(api: Api) -> None:

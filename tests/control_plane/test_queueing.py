@@ -37,7 +37,9 @@ def test_requests_beyond_the_quota_wait_and_run_as_the_quota_frees(api: Api) -> 
     # The oldest waiting request runs; the tenant still runs only its quota.
     shown = [api.http.get(f"/v1/allocations/{b['id']}", headers=headers).json() for _, b in waiting]
     assert [a["status"] for a in shown] == ["allocated", "pending", "pending"]
-    assert shown[0]["time_to_gpu_s"] == 3 + 5.0
+    # No warm-up measured its GPUs, so the figure is unknown; the note gives the wait.
+    assert shown[0]["time_to_gpu_s"] is None
+    assert "assigned 8.0s after the request" in shown[0]["time_to_gpu_note"]
     # One left the queue, so one more may join it.
     assert _ask(api, headers)[0] == 202
     assert _ask(api, headers)[0] == 429
