@@ -67,8 +67,9 @@ def make_world(tmp_path: Path, clock: FakeClock) -> Iterator[World]:
     upgrade(db)
     settings = ServerSettings(database_url=db.url, admin_token=ADMIN_TOKEN, run_jobs=False)
     with LiveServer(db, settings, clock) as server:
+        # Set-up calls, not what is tested: a loaded machine may take over httpx's 5 s default.
         admin = httpx.Client(
-            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30
         )
         admin.post(
             "/v1/nodes",
