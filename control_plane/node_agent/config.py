@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from control_plane.node_agent.run_as import resolve_run_as
 from control_plane.schemas.common import MAX_NAME_LEN, NAME_PATTERN, GpuModel
 
 ENV_KEYS = {
@@ -126,6 +127,9 @@ class TasksConfig(_Strict):
         default_factory=list, max_length=256
     )
     stop_grace_s: float = Field(default=10.0, ge=0, le=3600)
+    # Run tasks and warm-up commands as this OS user (name or uid; the agent must be root),
+    # so that a job cannot read the agent's state_dir and the node credential in it.
+    user: str | None = Field(default=None, min_length=1, max_length=64)
     output_report_interval_s: float = Field(default=5.0, ge=0, le=3600)
 
 
@@ -210,9 +214,31 @@ def load_config(
     data = _merge(data, from_env)
     data = _merge(data, _drop_none(overrides or {}))
     try:
-        return AgentConfig.model_validate(data)
+        cfg = AgentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(describe(exc, source)) from None
+    _check_task_user(cfg, source)
+    return cfg
+
+
+def _check_task_user(cfg: AgentConfig, source: str) -> None:
+    """tasks.user must name a real user the agent can switch to; stage actions then refused."""
+    if cfg.tasks.user is None:
+        return
+    for name, actions in cfg.warmup_profiles.items():
+        for i, action in enumerate(actions):
+            if isinstance(action, StageAction):
+                # The agent copies stage files itself, as root, into a folder the jobs' user
+                # can write: a link planted there would redirect root's write.
+                raise ConfigError(
+                    f"{source}: key 'warmup_profiles.{name}[{i}].stage': stage actions are "
+                    "not allowed with tasks.user (allowed: command and cuda_context actions, "
+                    "which run as that user; copy or download with a command action)"
+                )
+    try:
+        resolve_run_as(cfg.tasks.user, source=source)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _drop_none(values: dict[str, Any]) -> dict[str, Any]:

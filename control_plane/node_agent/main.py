@@ -82,11 +82,16 @@ def run_node(
     except NvmlUnavailable as exc:
         print(f"error: backend is nvml but {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    try:
-        cfg.cache_path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"error: cache_dir {cfg.cache_path}: {exc.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
+    # Jobs of another user (tasks.user) can write cache_dir: the list of process groups that
+    # the agent, as root, kills after a crash must not be theirs to edit.
+    registry_dir = cfg.state_path if cfg.tasks.user else cfg.cache_path
+    folders = [("cache_dir", cfg.cache_path, 0o777), ("state_dir", cfg.state_path, 0o700)]
+    for key, folder, mode in folders[: 2 if cfg.tasks.user else 1]:
+        try:
+            folder.mkdir(mode=mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: {key} {folder}: {exc.strerror}", file=sys.stderr)
+            return EXIT_CONFIG
     # No token yet: the agent enrols (or loads its stored credential) before its first call.
     client = ControlPlane(cfg.server, cfg.token or "", timeout=cfg.request_timeout_s)
     # The long poll's client shares the credential, whatever enrolment or rotation sets.
@@ -96,7 +101,7 @@ def run_node(
         backend,
         client,
         name=node,
-        registry=ChildRegistry(cfg.cache_path / f"children-{node}.json"),
+        registry=ChildRegistry(registry_dir / f"children-{node}.json"),
         watch=watch,
         credentials=store,
     )

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import psutil
 
+from control_plane.node_agent.run_as import RunAs
+
 log = logging.getLogger("jitgpu.node.procs")
 
 TAIL_CHARS = 4096  # what the wire accepts for output_tail
@@ -50,8 +52,10 @@ class Child:
         env: dict[str, str],
         cwd: Path | None = None,
         tail: OutputTail | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         self.argv = argv
+        self.run_as = run_as
         self.env = env
         self.cwd = cwd
         self.tail = tail or OutputTail()
@@ -72,6 +76,7 @@ class Child:
             env=self.env,
             cwd=self.cwd,
             start_new_session=True,
+            **(self.run_as.popen_kwargs() if self.run_as else {}),
         )
         self._reader = threading.Thread(target=self._read, name=f"out-{self.pid}", daemon=True)
         self._reader.start()

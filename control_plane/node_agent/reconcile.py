@@ -9,6 +9,7 @@ from pathlib import Path
 from control_plane.node_agent.config import AgentConfig
 from control_plane.node_agent.local import HOLD_WARMUP, LocalAllocation, LocalHold, Report
 from control_plane.node_agent.procs import ChildRegistry
+from control_plane.node_agent.run_as import resolve_run_as
 from control_plane.node_agent.task_env import clean_env
 from control_plane.node_agent.tasks import FINAL, RUNNING, Task
 from control_plane.node_agent.warmup import Warmup
@@ -38,6 +39,13 @@ class Work:
         self.clock = clock
         # Filtered here, the one place every task and warm-up gets its environment from.
         self.env = clean_env(env, cfg.tasks.pass_env)
+        # Checked when the config was loaded; resolved again here for the ids.
+        self.run_as = resolve_run_as(cfg.tasks.user, source="node-agent settings")
+        if self.run_as is not None:
+            self.env["HOME"] = self.run_as.home
+            # Jobs run in cache_dir and warm-up commands fill it: it is the jobs' user's.
+            cfg.cache_path.mkdir(parents=True, exist_ok=True)
+            self.run_as.give(cfg.cache_path)
         self.on_change = on_change
         self.registry = registry or ChildRegistry(None)
         self.cache_dir: Path = cfg.cache_path
@@ -73,6 +81,7 @@ class Work:
             clock=self.clock,
             on_done=self.on_change,
             registry=self.registry,
+            run_as=self.run_as,
             known_profiles=self.cfg.profile_names(),
             kind=kind,
         )
@@ -246,6 +255,7 @@ class Work:
             clock=self.clock,
             on_done=self.on_change,
             registry=self.registry,
+            run_as=self.run_as,
         )
         local.task = task
         task.start()

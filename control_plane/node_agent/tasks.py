@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from control_plane.node_agent.procs import Child, ChildRegistry, OutputTail
+from control_plane.node_agent.run_as import RunAs
 from control_plane.node_agent.warmup import gpu_env
 
 log = logging.getLogger("jitgpu.node.tasks")
@@ -30,8 +31,10 @@ class Task:
         clock: Callable[[], float],
         on_done: Callable[[], None] = lambda: None,
         registry: ChildRegistry | None = None,
+        run_as: RunAs | None = None,
     ) -> None:
         self.allocation_id = allocation_id
+        self.run_as = run_as
         self.command = list(command)
         self.gpu_uuids = list(gpu_uuids)
         self.cwd = cwd
@@ -58,7 +61,7 @@ class Task:
 
     def start(self) -> None:
         self.cwd.mkdir(parents=True, exist_ok=True)
-        child = Child(self.command, env=self.env, cwd=self.cwd, tail=self.tail)
+        child = Child(self.command, env=self.env, cwd=self.cwd, tail=self.tail, run_as=self.run_as)
         try:
             child.start()
         except OSError as exc:

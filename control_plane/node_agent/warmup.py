@@ -14,6 +14,7 @@ import httpx
 
 from control_plane.node_agent.config import Action, CommandAction, CudaContextAction, StageAction
 from control_plane.node_agent.procs import Child, ChildRegistry, OutputTail
+from control_plane.node_agent.run_as import RunAs
 
 log = logging.getLogger("jitgpu.node.warmup")
 
@@ -68,8 +69,10 @@ class Warmup:
         registry: ChildRegistry | None = None,
         known_profiles: list[str] | None = None,
         kind: str = "hold",
+        run_as: RunAs | None = None,
     ) -> None:
         self.owner_id = owner_id
+        self.run_as = run_as
         self.label = f"{kind} {owner_id}"
         self.profile = profile
         self.actions = actions
@@ -165,7 +168,11 @@ class Warmup:
     ) -> None:
         self.tail.write(f"$ {label or ' '.join(argv)}\n")
         child = Child(
-            argv, env={**self.env, **(extra_env or {})}, cwd=self.cache_dir, tail=self.tail
+            argv,
+            env={**self.env, **(extra_env or {})},
+            cwd=self.cache_dir,
+            tail=self.tail,
+            run_as=self.run_as,
         )
         try:
             child.start()

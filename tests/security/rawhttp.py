@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+import statistics
+import threading
 import time
 from dataclasses import dataclass
+
+HUGE = 100 * 1024 * 1024  # a request head far past any limit
 
 
 @dataclass
@@ -60,3 +64,34 @@ def send_all(sock: socket.socket, data: bytes) -> bool:
         return True
     except OSError:
         return False
+
+
+def huge_header_client(url: str, stop: threading.Event, refused: list[int]) -> None:
+    """Send a 100 MiB header again and again; count how often the server cut it short."""
+    payload = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"h" * HUGE
+    while not stop.is_set():
+        try:
+            with connect(url, timeout=5) as sock:
+                sock.sendall(payload)
+        except OSError:
+            refused.append(1)  # the server answered 431 and closed: the send could not finish
+            continue
+        time.sleep(0.1)
+
+
+def slow_header_client(url: str, stop: threading.Event) -> None:
+    """A head that never ends: a few bytes every half second, reconnecting when timed out."""
+    while not stop.is_set():
+        try:
+            with connect(url, timeout=5) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+                while not stop.is_set():
+                    sock.sendall(b"X-Slow: 1\r\n")
+                    time.sleep(0.5)
+        except OSError:
+            continue
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile (needs at least two values)."""
+    return statistics.quantiles(values, n=20)[-1]

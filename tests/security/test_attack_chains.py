@@ -1,26 +1,35 @@
 """The attacks of the trust-boundary report, replayed against real processes on 127.0.0.1.
 
 A server, two node agents (simulated GPUs) and two tenants. The victim runs a job on node B;
-the intruder has a tenant key, and in chain 1 also node A's own credential. Each attack is
-refused, and nothing of the victim's changes: its job keeps running on its GPUs.
+the intruder has a tenant key, and in chain 1 also node A's own credential; in chain 3 it has
+nothing at all. Each attack is refused, and nothing of the victim's changes: its job keeps
+running on its GPUs.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from tests.security.rawhttp import huge_header_client, p95, slow_header_client
 from tests.support.nodes import enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = "chain-admin-token-0123456789abcdef"
-SERVER_ENV = {"JITGPU_HEARTBEAT_TIMEOUT_S": "5", "JITGPU_JOBS_INTERVAL_S": "0.5"}
+HEARTBEAT_TIMEOUT_S = 5.0
+SERVER_ENV = {
+    "JITGPU_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+    "JITGPU_JOBS_INTERVAL_S": "0.5",
+}
 
 
 def start_node(tmp: Path, server: ServerProc, token: str, name: str, gpus: int) -> Proc:
@@ -195,3 +204,66 @@ def test_chain_2_a_job_finds_no_credential_to_use(cluster: Cluster) -> None:
         assert intruder.post(path, json={"status": "exited"}).status_code == 403
         assert intruder.delete(f"/v1/allocations/{before['id']}").status_code == 404
     assert_untouched(cluster, before)
+
+
+ATTACK_S = HEARTBEAT_TIMEOUT_S + 3  # a stalled server would have taken both nodes offline
+P95_BOUND_S = 0.5
+
+
+def _time_answers(cluster: Cluster, alloc_id: str, stop: threading.Event, out: list) -> None:
+    """Other clients during the attack: an anonymous health check and the victim's own read."""
+    with (
+        httpx.Client(base_url=cluster.server.url, timeout=10) as anon,
+        cluster.client(cluster.keys["victim"]) as victim,
+    ):
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            assert anon.get("/healthz").status_code == 200
+            t1 = time.perf_counter()
+            assert victim.get(f"/v1/allocations/{alloc_id}").status_code == 200
+            out.append((t1 - t0, time.perf_counter() - t1))
+            time.sleep(0.1)
+
+
+def test_chain_3_unauthenticated_huge_and_slow_heads_stall_nothing(cluster: Cluster) -> None:
+    before = victim_job(cluster)
+    started = datetime.now(UTC)
+    stop = threading.Event()
+    refused: list[int] = []
+    answers: list[tuple[float, float]] = []
+    url = cluster.server.url
+    attackers = [
+        threading.Thread(target=huge_header_client, args=(url, stop, refused)) for _ in range(2)
+    ]
+    attackers += [threading.Thread(target=slow_header_client, args=(url, stop)) for _ in range(10)]
+    probe = threading.Thread(target=_time_answers, args=(cluster, before["id"], stop, answers))
+    threads = [*attackers, probe]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(ATTACK_S)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+
+    # The attacker never got a 100 MiB head in: each was answered 431 and cut off.
+    assert refused, "no 100 MiB header was ever cut short"
+    assert len(answers) > 20, "the other clients barely got answers"
+    p95_health, p95_read = p95([a[0] for a in answers]), p95([a[1] for a in answers])
+    print(
+        f"{len(refused)} huge heads refused; p95 /healthz {p95_health * 1000:.1f} ms, "
+        f"p95 tenant read {p95_read * 1000:.1f} ms over {len(answers)} rounds"
+    )
+    assert p95_health < P95_BOUND_S and p95_read < P95_BOUND_S
+    # Heartbeats kept being taken: no node went offline, each was heard from during the attack.
+    for node in cluster.admin.get("/v1/nodes").json():
+        events = cluster.admin.get("/v1/events", params={"object_id": node["id"]}).json()
+        assert not [e for e in events if e["to_state"] == "offline"], node["name"]
+        assert node["status"] == "online", node["name"]
+        heard = datetime.fromisoformat(node["last_heartbeat_at"])
+        assert heard.replace(tzinfo=heard.tzinfo or UTC) > started, node["name"]
+    assert cluster.node_a.alive()
+    assert_untouched(cluster, before)
+    assert "Traceback" not in cluster.server.output()

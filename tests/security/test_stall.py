@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ import psutil
 import pytest
 
 from tests.e2e.test_node_agents import agent_config
-from tests.security.rawhttp import connect
+from tests.security.rawhttp import HUGE, huge_header_client, p95, slow_header_client
 from tests.support.nodes import enrol_node, enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
@@ -30,7 +29,6 @@ ADMIN_TOKEN = "stall-admin-token-0123456789abcdef"
 HEARTBEAT_TIMEOUT_S = 3.0
 ATTACK_S = 12.0  # longer than the 10 s head timeout: slow heads are timed out mid-test
 P95_BOUND_S = 0.5
-HUGE = 100 * 1024 * 1024
 SERVER_ENV = {
     "JITGPU_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
     "JITGPU_JOBS_INTERVAL_S": "0.5",
@@ -40,32 +38,6 @@ SERVER_ENV = {
 def node_token(admin: httpx.Client, name: str) -> str:
     """An enrolment token for node `name`: its agent trades it for the node's credential."""
     return enrol_token(admin, name, {})
-
-
-def _huge_header_client(url: str, stop: threading.Event, refused: list[int]) -> None:
-    """Send a 100 MiB header again and again; count how often the server cut it short."""
-    payload = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Huge: " + b"h" * HUGE
-    while not stop.is_set():
-        try:
-            with connect(url, timeout=5) as sock:
-                sock.sendall(payload)
-        except OSError:
-            refused.append(1)  # the server answered 431 and closed: the send could not finish
-            continue
-        time.sleep(0.1)
-
-
-def _slow_header_client(url: str, stop: threading.Event) -> None:
-    """A head that never ends: a few bytes every half second, reconnecting when timed out."""
-    while not stop.is_set():
-        try:
-            with connect(url, timeout=5) as sock:
-                sock.sendall(b"GET /healthz HTTP/1.1\r\n")
-                while not stop.is_set():
-                    sock.sendall(b"X-Slow: 1\r\n")
-                    time.sleep(0.5)
-        except OSError:
-            continue
 
 
 def _probe(url: str, token: str, node_id: str, stop: threading.Event, out: dict) -> None:
@@ -85,10 +57,6 @@ def _probe(url: str, token: str, node_id: str, stop: threading.Event, out: dict)
             health.append(t1 - t0)
             beats.append(t2 - t1)
             time.sleep(0.1)
-
-
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20)[-1]
 
 
 def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: Path) -> None:
@@ -154,11 +122,11 @@ def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: P
         timings: dict[str, list[float]] = {"health": [], "heartbeat": []}
         refused: list[int] = []
         threads = [
-            threading.Thread(target=_huge_header_client, args=(server.url, stop, refused))
+            threading.Thread(target=huge_header_client, args=(server.url, stop, refused))
             for _ in range(2)
         ]
         threads += [
-            threading.Thread(target=_slow_header_client, args=(server.url, stop)) for _ in range(20)
+            threading.Thread(target=slow_header_client, args=(server.url, stop)) for _ in range(20)
         ]
         probe = threading.Thread(
             target=_probe, args=(server.url, token, probe_node["id"], stop, timings)
@@ -177,7 +145,7 @@ def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: P
 
         assert refused, "no 100 MiB header was ever cut short"
         assert len(timings["health"]) > 30, "the probe barely ran"
-        p95_health, p95_beat = _p95(timings["health"]), _p95(timings["heartbeat"])
+        p95_health, p95_beat = p95(timings["health"]), p95(timings["heartbeat"])
         print(
             f"p95 /healthz {p95_health * 1000:.1f} ms, p95 heartbeat {p95_beat * 1000:.1f} ms, "
             f"RSS {rss_before / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB, "
