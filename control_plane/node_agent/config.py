@@ -190,25 +190,27 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML settings file's top-level mapping; ConfigError naming the file otherwise."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    return loaded
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> AgentConfig:
     """Merge the file, the environment and explicit overrides (rising precedence); validate."""
-    data: dict[str, Any] = {}
-    source = "node-agent settings"
-    if path is not None:
-        source = str(path)
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
-        data = loaded
+    data: dict[str, Any] = {} if path is None else read_mapping(path)
+    source = "node-agent settings" if path is None else str(path)
     environ = os.environ if env is None else env
     from_env = {key: environ[var] for var, key in ENV_KEYS.items() if environ.get(var)}
     data = _merge(data, from_env)

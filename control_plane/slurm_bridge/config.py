@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from control_plane.node_agent.config import ConfigError, describe
+from control_plane.node_agent.config import ConfigError, describe, read_mapping
 from control_plane.schemas.common import GpuModel
 
 ENV_KEYS = {"JITGPU_SERVER": "server", "JITGPU_NODE_TOKEN": "token"}
@@ -94,19 +93,8 @@ def load_config(
     overrides: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
 ) -> BridgeConfig:
-    data: dict[str, Any] = {}
-    source = "slurm-bridge settings"
-    if path is not None:
-        source = str(path)
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
-        data = loaded
+    data: dict[str, Any] = {} if path is None else read_mapping(path)
+    source = "slurm-bridge settings" if path is None else str(path)
     environ = os.environ if env is None else env
     data.update({key: environ[var] for var, key in ENV_KEYS.items() if environ.get(var)})
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
