@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 from control_plane.db.engine import Database
 from control_plane.db.models import ApiKeyRow, EnrolTokenRow, NodeRow
 from control_plane.schemas.common import utc_from_epoch
-from control_plane.schemas.enums import NodeStatus, Scope
+from control_plane.schemas.enums import Scope
 from control_plane.schemas.node_identity import (
     EnrolTokenCreate,
     EnrolTokenCreated,
@@ -19,6 +19,7 @@ from control_plane.schemas.node_identity import (
     NodeTokenInfo,
     RotationRequested,
 )
+from control_plane.schemas.nodes import NodeRegister
 from control_plane.services import nodes
 from control_plane.services.auth import hash_key, mint_key
 from control_plane.services.errors import Forbidden, NotFound, Unauthenticated
@@ -162,22 +163,15 @@ def enrol(
         if node is None:
             # The node exists from now on, so that its credential can name it; it comes
             # online when its agent registers its GPUs.
-            node = NodeRow(
-                id=new_id("node"),
-                name=body.name,
-                spine="spine0",
-                leaf="leaf0",
-                status=NodeStatus.REGISTERING.value,
-                registered_at=now,
-            )
-            session.add(node)
-            record(
+            # Placed where registration puts a node that names no spine or leaf.
+            where = NodeRegister.model_fields
+            node = nodes.new_node(
                 session,
-                kind="node",
-                object_id=node.id,
-                to_state=node.status,
-                at=now,
-                reason="enrolled",
+                name=body.name,
+                spine=where["spine"].default,
+                leaf=where["leaf"].default,
+                now=now,
+                why="enrolled",
             )
             session.flush()
         return _issue(session, node, now=now, reason="enrolled")

@@ -42,6 +42,23 @@ def _node_or_404(session: Session, node_id: str) -> NodeRow:
     return node
 
 
+def new_node(
+    session: Session, *, name: str, spine: str, leaf: str, now: float, why: str
+) -> NodeRow:
+    """A node row, registering until its agent reports GPUs, with its first event."""
+    node = NodeRow(
+        id=new_id("node"),
+        name=name,
+        spine=spine,
+        leaf=leaf,
+        status=NodeStatus.REGISTERING.value,
+        registered_at=now,
+    )
+    session.add(node)
+    record(session, kind="node", object_id=node.id, to_state=node.status, at=now, reason=why)
+    return node
+
+
 def register(db: Database, *, body: NodeRegister, now: float, as_node: str | None = None) -> Node:
     """Create the node, or update it in place when its name is known (GPUs never duplicate).
 
@@ -61,22 +78,8 @@ def register(db: Database, *, body: NodeRegister, now: float, as_node: str | Non
                 field="name",
             )
         if node is None:
-            node = NodeRow(
-                id=new_id("node"),
-                name=body.name,
-                spine=body.spine,
-                leaf=body.leaf,
-                status=NodeStatus.REGISTERING.value,
-                registered_at=now,
-            )
-            session.add(node)
-            record(
-                session,
-                kind="node",
-                object_id=node.id,
-                to_state=node.status,
-                at=now,
-                reason="registered",
+            node = new_node(
+                session, name=body.name, spine=body.spine, leaf=body.leaf, now=now, why="registered"
             )
         gpu_owners.check_free(session, node=node, uuids=uuids)
         node.spine, node.leaf = body.spine, body.leaf
