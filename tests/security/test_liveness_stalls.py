@@ -24,10 +24,10 @@ from control_plane.jobs.runner import JobRunner
 from control_plane.jobs.stalls import StallWatch
 from tests.conftest import FakeClock
 from tests.control_plane.conftest import ADMIN, Api
-from tests.e2e.test_node_agents import agent_config
-from tests.security.test_stall import node_token
+from tests.e2e.test_node_agents import start_agent
+from tests.support.nodes import enrol_token
 from tests.support.pg import free_port
-from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
+from tests.support.procs import Proc, ServerProc, wait_for
 
 
 def test_the_watch_measures_stalls_and_grants_a_full_grace() -> None:
@@ -193,23 +193,9 @@ def test_a_frozen_server_does_not_take_its_nodes_offline_when_it_wakes(tmp_path:
     try:
         server.wait_ready()
         admin = server.admin()
-        agent = Proc(
-            [
-                *JITGPU,
-                "node",
-                "--server",
-                server.url,
-                "--enrol-token",
-                node_token(admin, "node-a"),
-                "--name",
-                "node-a",
-                "--simulated-gpus",
-                "1",
-                "--config",
-                str(agent_config(tmp_path, "node-a")),
-            ],
-            log=tmp_path / "node-a.log",
-        ).start()
+        agent = start_agent(
+            tmp_path, server, enrol_token(admin, "node-a", {}), "node-a", 1, "leaf0"
+        )
         procs.append(agent)
         wait_for(
             lambda: [n for n in admin.get("/v1/nodes").json() if n["status"] == "online"],

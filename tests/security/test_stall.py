@@ -18,10 +18,10 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.test_node_agents import agent_config
+from tests.e2e.test_node_agents import start_agent
 from tests.security.rawhttp import HUGE, huge_header_client, p95, slow_header_client
 from tests.support.nodes import enrol_node, enrol_token
-from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
+from tests.support.procs import Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -33,11 +33,6 @@ SERVER_ENV = {
     "JITGPU_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
     "JITGPU_JOBS_INTERVAL_S": "0.5",
 }
-
-
-def node_token(admin: httpx.Client, name: str) -> str:
-    """An enrolment token for node `name`: its agent trades it for the node's credential."""
-    return enrol_token(admin, name, {})
 
 
 def _probe(url: str, token: str, node_id: str, stop: threading.Event, out: dict) -> None:
@@ -66,25 +61,9 @@ def test_huge_and_slow_headers_do_not_stall_heartbeats_or_kill_tasks(tmp_path: P
     threads: list[threading.Thread] = []
     try:
         admin = server.admin()
-        agent = Proc(
-            [
-                *JITGPU,
-                "node",
-                "--server",
-                server.url,
-                "--enrol-token",
-                node_token(admin, "node-a"),
-                "--name",
-                "node-a",
-                "--simulated-gpus",
-                "2",
-                "--gpu-model",
-                "A100",
-                "--config",
-                str(agent_config(tmp_path, "node-a")),
-            ],
-            log=tmp_path / "node-a.log",
-        ).start()
+        agent = start_agent(
+            tmp_path, server, enrol_token(admin, "node-a", {}), "node-a", 2, "leaf0"
+        )
         procs.append(agent)
         tenant = admin.post("/v1/tenants", json={"name": "victim", "quota_gpus": 2}).json()
         key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
