@@ -160,7 +160,22 @@ class Bridge:
             self._register(node)
             reply = client.heartbeat(self.node_ids[node.name], body)
         self.assigned[node.name] = {uuid: a.kind for a in reply.assignments for uuid in a.gpu_uuids}
+        if reply.rotate_credential:
+            self._rotate(node.name)
         return reply.assignments
+
+    def _rotate(self, name: str) -> None:
+        """The control plane asked this node for a new credential: get it, keep it, use it."""
+        issued = self.clients[name].rotate(self.node_ids[name])
+        folder = self.cfg.credentials_dir
+        if folder is not None:
+            try:
+                CredentialStore.for_node(folder, name).save(issued, server=self.client.server)
+            except OSError as exc:
+                # The old credential is already void: go on with the new one in memory.
+                log.error("could not store Slurm node %s's rotated credential: %s", name, exc)
+        self.clients[name].set_token(issued.credential)
+        log.info("rotated Slurm node %s's credential (now %s...)", name, issued.prefix)
 
     def _register(self, node: SlurmNode) -> None:
         gpus = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
+from control_plane.schemas.nodes import Heartbeat
 from tests.slurm_bridge.conftest import ADMIN, World
 from tests.support.slurm_cluster import ALWAYS_ON, CLOUD
 
@@ -144,3 +146,34 @@ def test_another_users_job_waits_at_most_until_the_hold_ends(world: World) -> No
     world.until(lambda: world.get_hold(hold["id"])["status"] == "expired" or None, "expiry")
     started = world.slurm.job_field(job, "StartTime")
     assert started >= expires.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_a_rotation_asked_of_a_slurm_node_is_done_kept_and_the_old_credential_dies(
+    world: World,
+) -> None:
+    world.until(lambda: len(_gpus_on(world, CLOUD)) == 2 or None, "cloud1 registered")
+    node_id = world.bridge.node_ids[CLOUD]
+    stored = world.state_file.parent / f"credential-{CLOUD}.json"
+    old = json.loads(stored.read_text())["credential"]
+    r = world.http.post(f"/v1/nodes/{node_id}/rotate", headers=ADMIN)
+    assert r.status_code == 202, r.text
+    world.tick()
+    new = json.loads(stored.read_text())["credential"]
+    assert new != old and new.startswith("jgn_")
+    assert oct(stored.stat().st_mode & 0o777) == "0o600"
+    # The old credential is void; the bridge goes on acting as cloud1 with the new one...
+    beat = {"gpus": []}
+    gone = world.http.post(
+        f"/v1/nodes/{node_id}/heartbeat", json=beat, headers={"Authorization": f"Bearer {old}"}
+    )
+    assert gone.status_code == 401, gone.text
+    world.tick()
+    assert (
+        world.bridge.clients[CLOUD].heartbeat(node_id, Heartbeat(gpus=[])).rotate_credential
+        is False
+    )
+    # ... and so does a restarted bridge, from the file.
+    world.bridge = world.new_bridge()
+    world.tick()
+    assert world.bridge.node_ids[CLOUD] == node_id
+    assert len(_gpus_on(world, CLOUD)) == 2
