@@ -23,7 +23,6 @@ from smart_agent.redact import Redactor
 
 _ALIASES = {
     "JOB_ID": "JOBID",
-    "ARRAY_JOB_ID": "JOBID",
     "STATE": "ST",
     "TIME_USED": "TIME",
     "NUM_NODES": "NODES",
@@ -34,6 +33,9 @@ _ALIASES = {
     "TRES_ALLOC": "TRES_ALLOC",
 }
 _SPLIT = re.compile(r"\s+")
+_NUMBER = re.compile(r"^\d{1,12}$")
+# Columns that name a job: `%i`/JobArrayID-style ids, or the parts to build one from.
+ID_COLUMNS = frozenset({"JOBID", "ARRAY_JOB_ID", "ARRAY_TASK_ID", "HET_JOB_ID", "HET_JOB_OFFSET"})
 
 
 @dataclass(slots=True)
@@ -77,6 +79,7 @@ class SqueueParser(BaseParser):
         self.snapshots = 0  # headers seen
         self.known: dict[str, _Job] = {}
         self.current: set[str] = set()
+        self.open = False  # a header was read and its snapshot not ended yet
         # A het job's components (`123+0`, `123+1`) on consecutive rows, read as one job.
         self._het_job: str | None = None
         self._het_rows: list[dict[str, str]] = []
@@ -88,10 +91,11 @@ class SqueueParser(BaseParser):
         pipe = "|" in text
         cells = [c.strip() for c in (text.split("|") if pipe else _SPLIT.split(text))]
         names = [_column(c) for c in cells]
-        if "JOBID" in names and "ST" in names:
+        if ("JOBID" in names or "ARRAY_JOB_ID" in names) and "ST" in names:
             events = self._flush_het(source, now) + self._end_snapshot(source, now)
             self.columns, self.pipe = names, pipe
             self.snapshots += 1
+            self.open = True
             return events
         if self.columns is None:
             return None
@@ -101,6 +105,7 @@ class SqueueParser(BaseParser):
         if len(cells) != len(self.columns):
             return None
         row = dict(zip(self.columns, cells, strict=True))
+        row["JOBID"] = job_id_of(self.columns, cells)
         ref = job_ref(row.get("JOBID", ""))
         events = self._flush_het(source, now) if ref is None or ref.job != self._het_job else []
         if ref is not None and ref.het is not None and not ref.step:
@@ -192,9 +197,17 @@ class SqueueParser(BaseParser):
     def rewound(self, *, source: str, now: float) -> None:
         self._het_job, self._het_rows = None, []
 
+    def end_snapshot(self, *, source: str, now: float) -> list[Event]:
+        """End the snapshot read last, for a reader that knows it is whole (one run of
+        squeue): its missing jobs end now, not when the next run's header comes."""
+        return self._flush_het(source, now) + self._end_snapshot(source, now)
+
     def _end_snapshot(self, source: str, now: float) -> list[Event]:
         """Jobs tracked but absent from the snapshot just ended have finished."""
         events: list[Event] = []
+        if not self.open:
+            return events  # ended already (end_snapshot), or none begun
+        self.open = False
         if self.snapshots and self.baseline:
             for job_id in [j for j in self.known if j not in self.current]:
                 del self.known[job_id]  # ended at a time no snapshot states
@@ -217,6 +230,34 @@ class SqueueParser(BaseParser):
                 )
         self.current = set()
         return events
+
+
+def job_id_of(columns: list[str], cells: list[str]) -> str:
+    """The job id a row names, spelt as sacct's JobID and `squeue -o %i` spell it: an array
+    task `123_4` (not the raw id Slurm gives each started task), a pending array `123_[5-7]`,
+    a het job component `123+1`. Built from ArrayJobID/ArrayTaskID (`%F`/`%K`) and
+    HetJobID/HetJobOffset where the row has them; of several JOBID columns (`-o "%i|%A"`),
+    the one that already reads so."""
+    named: dict[str, str] = {}
+    ids: list[str] = []
+    for name, cell in zip(columns, cells, strict=True):
+        if name == "JOBID":
+            ids.append(cell)
+        elif name in ID_COLUMNS:
+            named.setdefault(name, cell)
+    het, offset = named.get("HET_JOB_ID", ""), named.get("HET_JOB_OFFSET", "")
+    if _NUMBER.match(het) and _NUMBER.match(offset):
+        return f"{het}+{offset}"
+    base, task = named.get("ARRAY_JOB_ID", ""), named.get("ARRAY_TASK_ID", "")
+    if _NUMBER.match(base) and task and task.upper() != "N/A":
+        # A pending array's tasks come as a range (`0-3`, `1,5`, `0-9%2`).
+        return (
+            f"{base}_{task}" if _NUMBER.match(task) or task.startswith("[") else f"{base}_[{task}]"
+        )
+    spelt = [i for i in ids if any(mark in i for mark in "_+")]
+    if spelt or ids:
+        return (spelt or ids)[0]
+    return base
 
 
 def _row_gpus(row: dict[str, str]) -> tuple[int | None, str | None]:
