@@ -4,6 +4,7 @@ into job_submitted, job_started and job_finished."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import tzinfo
 
@@ -80,6 +81,9 @@ class SqueueParser(BaseParser):
         self.known: dict[str, _Job] = {}
         self.current: set[str] = set()
         self.open = False  # a header was read and its snapshot not ended yet
+        # Each job's last row (for `jitgpu agent inspect`), as SacctParser.records; those
+        # of the first snapshot are the baseline, the state the agent starts from.
+        self.records: OrderedDict[str, dict[str, object]] = OrderedDict()
         # A het job's components (`123+0`, `123+1`) on consecutive rows, read as one job.
         self._het_job: str | None = None
         self._het_rows: list[dict[str, str]] = []
@@ -154,6 +158,7 @@ class SqueueParser(BaseParser):
             elapsed,
             ref.pending_array,
         )
+        self._record(job_id, row, phase, (gpus, model), ref.pending_array, now)
         if ref.pending_array:
             return []  # its tasks report themselves when they start
         if self.snapshots <= 1 or (before is not None and phase <= before.phase):
@@ -189,6 +194,37 @@ class SqueueParser(BaseParser):
             events.append(make(EventKind.JOB_FINISHED, now, elapsed))
         return events
 
+    def _record(
+        self,
+        job_id: str,
+        row: dict[str, str],
+        phase: int,
+        gpus_of: tuple[int | None, str | None],
+        pending_array: bool,
+        now: float,
+    ) -> None:
+        known = self.records.get(job_id)
+        self.records[job_id] = {
+            "state": row.get("ST"),
+            "user": row.get("USER") or None,
+            "gpus": gpus_of[0],
+            "gpu_model": gpus_of[1],
+            "submit": parse_time(row.get("SUBMIT"), now, self.tz),
+            # A pending job's START_TIME is Slurm's estimate, not a start.
+            "start": parse_time(row.get("START"), now, self.tz) if phase >= RUNNING else None,
+            "end": None,
+            "pending_array": pending_array,
+            "baseline": bool(known["baseline"]) if known else self.snapshots <= 1,
+        }
+        self.records.move_to_end(job_id)
+        if len(self.records) > self.max_jobs:
+            self.records.popitem(last=False)
+
+    def _gone(self, job_id: str) -> None:
+        """A job a later snapshot no longer lists: ended, or a pending array's row."""
+        if job_id in self.records:
+            self.records[job_id]["gone"] = True
+
     def caught_up(self, *, source: str, now: float) -> list[Event]:
         events = self._flush_het(source, now)
         self.baseline = False  # what is written from now on is seen as it happens
@@ -211,9 +247,11 @@ class SqueueParser(BaseParser):
         if self.snapshots and self.baseline:
             for job_id in [j for j in self.known if j not in self.current]:
                 del self.known[job_id]  # ended at a time no snapshot states
+                self._gone(job_id)
         elif self.snapshots:
             for job_id in [j for j in self.known if j not in self.current]:
                 job = self.known.pop(job_id)
+                self._gone(job_id)
                 if job.phase >= FINISHED or job.array:
                     continue
                 events.append(
