@@ -29,6 +29,10 @@ ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
 ARRIVAL_MAX_AGE_S = 120.0
 JOB_LEASE_S = 6 * 3600  # a job the agent never sees end gives its GPUs back after this
 CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
+# The per-job GPU cap before any job of the user has been seen with a GPU count, and its
+# floor after (bounded by the policy's max_gpus_total): a user whose jobs so far took 1 GPU
+# is not cut when one takes 2; half of a common 8-GPU node.
+NO_HISTORY_JOB_GPUS = 4
 
 
 @dataclass
@@ -77,9 +81,12 @@ class Agent:
         self.allocate_on_miss = allocate_on_miss
         self.notify: Notify = notify or (lambda kind, data: None)
         self.arrival_max_age_s = arrival_max_age_s
-        # The most GPUs one job may claim or allocate: a misread count (512 from one row)
-        # stops here, before any request is sent.
-        self.max_job_gpus = max_job_gpus or policy.max_gpus_total
+        # The most GPUs one job may claim or allocate, or a forecast hold: a misread count
+        # (512 from one row) is clamped here, before any request is sent. None: the largest
+        # count among the user's own jobs seen so far (see job_gpu_cap).
+        self.max_job_gpus = max_job_gpus
+        self.largest_job_gpus = 0  # the most GPUs one of the user's jobs was seen with
+        self._clamped: set[str] = set()  # jobs whose clamp was logged (once each)
         # Jobs from before this moment (processes already running, a backfilled history)
         # are history, not arrivals: they must neither claim a hold nor allocate now.
         self.started_at = clock()
@@ -99,18 +106,34 @@ class Agent:
         if event.user != self.user:
             return
         self._sign_of_life(event)
+        # The cap a job is held to comes from the jobs seen before it, not from itself.
+        cap = self.job_gpu_cap()
+        if event.kind in (*ARRIVALS, EventKind.JOB_FINISHED) and event.gpus:
+            self.largest_job_gpus = max(self.largest_job_gpus, event.gpus)
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
             known = self._open_jobs.get(key)
             if known is None and self._is_arrival(event):
-                self._open_jobs[key] = self._arrive(event)
+                self._open_jobs[key] = self._arrive(event, cap=cap)
             elif (
                 known is not None and known.gpus is None and event.gpus and self._is_arrival(event)
             ):
                 # `Submitted batch job N` first, the job's GPUs from its record later.
-                self._open_jobs[key] = self._arrive(event, log_id=known.log_id)
+                self._open_jobs[key] = self._arrive(event, cap=cap, log_id=known.log_id)
         elif event.kind == EventKind.JOB_FINISHED and event.job_id in self._open_jobs:
             self._finish(self._open_jobs.pop(event.job_id))
+
+    def job_gpu_cap(self) -> tuple[int, str]:
+        """The most GPUs one job (or a forecast hold) may ask for, and where that comes from:
+        `max_job_gpus` when configured, else the largest job of the user's own seen so far
+        (never under NO_HISTORY_JOB_GPUS, the cap before any), within max_gpus_total."""
+        if self.max_job_gpus is not None:
+            return self.max_job_gpus, "set in the config"
+        total = self.policy.max_gpus_total
+        if self.largest_job_gpus > NO_HISTORY_JOB_GPUS:
+            return min(self.largest_job_gpus, total), "the largest of your jobs seen so far"
+        why = "no job history yet" if not self.largest_job_gpus else "your jobs so far took fewer"
+        return min(NO_HISTORY_JOB_GPUS, total), f"{why}: {NO_HISTORY_JOB_GPUS}"
 
     def _is_arrival(self, event: Event) -> bool:
         """A job arriving now, not one a backfill, a rewritten history file or a process
@@ -121,7 +144,7 @@ class Agent:
         log.debug("job %s at %.0f is history, not an arrival", event.job_id, event.at)
         return False
 
-    def _arrive(self, event: Event, *, log_id: int | None = None) -> OpenJob:
+    def _arrive(self, event: Event, *, cap: tuple[int, str], log_id: int | None = None) -> OpenJob:
         now = self.clock()
         job_id = log_id
         if job_id is None:
@@ -138,15 +161,8 @@ class Agent:
             # hold made for another job and allocates nothing.
             log.debug("job %s: no GPUs known, nothing claimed", event.job_id)
             return OpenJob(job_id, None, None if event.gpus is None else 0)
-        if event.gpus > self.max_job_gpus:
-            log.warning(
-                "job %s asks for %d GPUs, over the cap of %d (max_job_gpus): nothing requested",
-                event.job_id,
-                event.gpus,
-                self.max_job_gpus,
-            )
-            return OpenJob(job_id, None, event.gpus)
-        best = self._best_hold(event.gpus, event.gpu_model)
+        gpus = self._clamp(event, cap)
+        best = self._best_hold(gpus, event.gpu_model)
         hold = best[0] if best else None
         alloc: Allocation | None = None
         try:
@@ -154,7 +170,7 @@ class Agent:
                 row, current = best
                 alloc = self.client.claim(
                     row["hold_id"],
-                    gpu_count=_claim_size(event.gpus, current.gpu_count),
+                    gpu_count=_claim_size(gpus, current.gpu_count),
                     lease_s=self.lease_s,
                     idempotency_key=f"claim:{row['hold_id']}",
                 )
@@ -171,7 +187,7 @@ class Agent:
             elif self.allocate_on_miss:
                 model = event.gpu_model or self.policy.gpu_model
                 alloc = self.client.allocate(
-                    event.gpus,
+                    gpus,
                     gpu_model=wire_gpu_model(model, self.policy.gpu_model),
                     lease_s=self.lease_s,
                     use_holds=False,
@@ -192,7 +208,7 @@ class Agent:
             "job",
             {
                 "job": event.job_id,
-                "gpus": event.gpus,
+                "gpus": gpus,
                 "hold": hold["hold_id"] if hold else None,
                 "allocation": alloc.id if alloc else None,
                 "warm": bool(alloc and alloc.warm),
@@ -208,6 +224,26 @@ class Agent:
             seen_at=now,
             leased_at=now,
         )
+
+    def _clamp(self, event: Event, cap: tuple[int, str]) -> int:
+        """The job's GPU count held to the cap; a clamp is logged once per job."""
+        limit, why = cap
+        gpus = event.gpus or 0
+        if gpus <= limit:
+            return gpus
+        key = event.job_id or f"{event.source}:{event.at}"
+        if key not in self._clamped:
+            self._clamped.add(key)
+            if len(self._clamped) > 10_000:
+                self._clamped.clear()  # bounded; a repeat warning is the worst case
+            log.warning(
+                "job %s asks for %d GPUs: clamped to %d, max_job_gpus (%s)",
+                event.job_id,
+                gpus,
+                limit,
+                why,
+            )
+        return limit
 
     def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
         """The agent's hold a job should take (the readiest that fits it, the smallest of
@@ -308,8 +344,9 @@ class Agent:
                     cue=cue,
                 )
         state = self.policy_state(now)
+        job_cap = self.job_gpu_cap()
         for forecast in report.forecasts:
-            decision = decide(self.policy, forecast, now=now, state=state, cue=cue)
+            decision = decide(self.policy, forecast, now=now, state=state, cue=cue, job_cap=job_cap)
             report.decisions.append(decision)
             fid = self.log.forecast(
                 forecast,
