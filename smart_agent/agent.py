@@ -18,6 +18,7 @@ from predictors.types import Event, EventKind, Forecast
 from smart_agent.client import Client, JitgpuError
 from smart_agent.decide import Decision, HeldWindow, PolicyState, decide, wire_gpu_model
 from smart_agent.idle_steer import IdleSteer
+from smart_agent.job_cap import JobGpuCap
 from smart_agent.outcomes import HoldKeeper, Notify, idle_minutes, idle_of
 from smart_agent.policy import Policy
 from smart_agent.predictor_set import PredictorSet
@@ -29,10 +30,6 @@ ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
 ARRIVAL_MAX_AGE_S = 120.0
 JOB_LEASE_S = 6 * 3600  # a job the agent never sees end gives its GPUs back after this
 CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
-# The per-job GPU cap before any job of the user has been seen with a GPU count, and its
-# floor after (bounded by the policy's max_gpus_total): a user whose jobs so far took 1 GPU
-# is not cut when one takes 2; half of a common 8-GPU node.
-NO_HISTORY_JOB_GPUS = 4
 
 
 @dataclass
@@ -84,9 +81,7 @@ class Agent:
         # The most GPUs one job may claim or allocate, or a forecast hold: a misread count
         # (512 from one row) is clamped here, before any request is sent. None: the largest
         # count among the user's own jobs seen so far (see job_gpu_cap).
-        self.max_job_gpus = max_job_gpus
-        self.largest_job_gpus = 0  # the most GPUs one of the user's jobs was seen with
-        self._clamped: set[str] = set()  # jobs whose clamp was logged (once each)
+        self.job_cap = JobGpuCap(max_job_gpus)
         # Jobs from before this moment (processes already running, a backfilled history)
         # are history, not arrivals: they must neither claim a hold nor allocate now.
         self.started_at = clock()
@@ -108,8 +103,8 @@ class Agent:
         self._sign_of_life(event)
         # The cap a job is held to comes from the jobs seen before it, not from itself.
         cap = self.job_gpu_cap()
-        if event.kind in (*ARRIVALS, EventKind.JOB_FINISHED) and event.gpus:
-            self.largest_job_gpus = max(self.largest_job_gpus, event.gpus)
+        if event.kind in (*ARRIVALS, EventKind.JOB_FINISHED):
+            self.job_cap.see(event.gpus)
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
             known = self._open_jobs.get(key)
@@ -124,16 +119,8 @@ class Agent:
             self._finish(self._open_jobs.pop(event.job_id))
 
     def job_gpu_cap(self) -> tuple[int, str]:
-        """The most GPUs one job (or a forecast hold) may ask for, and where that comes from:
-        `max_job_gpus` when configured, else the largest job of the user's own seen so far
-        (never under NO_HISTORY_JOB_GPUS, the cap before any), within max_gpus_total."""
-        if self.max_job_gpus is not None:
-            return self.max_job_gpus, "set in the config"
-        total = self.policy.max_gpus_total
-        if self.largest_job_gpus > NO_HISTORY_JOB_GPUS:
-            return min(self.largest_job_gpus, total), "the largest of your jobs seen so far"
-        why = "no job history yet" if not self.largest_job_gpus else "your jobs so far took fewer"
-        return min(NO_HISTORY_JOB_GPUS, total), f"{why}: {NO_HISTORY_JOB_GPUS}"
+        """The most GPUs one job (or a forecast hold) may ask for, and where that comes from."""
+        return self.job_cap.limit(self.policy.max_gpus_total)
 
     def _is_arrival(self, event: Event) -> bool:
         """A job arriving now, not one a backfill, a rewritten history file or a process
@@ -161,7 +148,8 @@ class Agent:
             # hold made for another job and allocates nothing.
             log.debug("job %s: no GPUs known, nothing claimed", event.job_id)
             return OpenJob(job_id, None, None if event.gpus is None else 0)
-        gpus = self._clamp(event, cap)
+        key = event.job_id or f"{event.source}:{event.at}"
+        gpus = self.job_cap.clamp(key, event.job_id, event.gpus, cap)
         best = self._best_hold(gpus, event.gpu_model)
         hold = best[0] if best else None
         alloc: Allocation | None = None
@@ -224,26 +212,6 @@ class Agent:
             seen_at=now,
             leased_at=now,
         )
-
-    def _clamp(self, event: Event, cap: tuple[int, str]) -> int:
-        """The job's GPU count held to the cap; a clamp is logged once per job."""
-        limit, why = cap
-        gpus = event.gpus or 0
-        if gpus <= limit:
-            return gpus
-        key = event.job_id or f"{event.source}:{event.at}"
-        if key not in self._clamped:
-            self._clamped.add(key)
-            if len(self._clamped) > 10_000:
-                self._clamped.clear()  # bounded; a repeat warning is the worst case
-            log.warning(
-                "job %s asks for %d GPUs: clamped to %d, max_job_gpus (%s)",
-                event.job_id,
-                gpus,
-                limit,
-                why,
-            )
-        return limit
 
     def _best_hold(self, gpus: int | None, model: str | None) -> tuple[dict, Hold] | None:
         """The agent's hold a job should take (the readiest that fits it, the smallest of

@@ -66,7 +66,7 @@ def test_a_count_over_the_cap_is_never_sent(world: World, caplog) -> None:  # ty
 
 def test_the_default_cap_is_the_users_largest_job(world: World, caplog) -> None:  # type: ignore[no-untyped-def]
     """Without max_job_gpus: the largest job of the user's seen so far, never under
-    NO_HISTORY_JOB_GPUS (the cap before any), within max_gpus_total; other users' jobs do
+    4 (see smart_agent.job_cap), within max_gpus_total; other users' jobs do
     not count."""
     policy = POLICY.model_copy(update={"max_gpus_total": 64})
     agent = world.agent(policy, allocate_on_miss=True)
