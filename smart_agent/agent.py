@@ -18,6 +18,7 @@ from predictors.types import Event, EventKind, Forecast
 from smart_agent.client import Client, JitgpuError
 from smart_agent.decide import Decision, HeldWindow, PolicyState, decide, wire_gpu_model
 from smart_agent.idle_steer import IdleSteer
+from smart_agent.job_cap import JobGpuCap
 from smart_agent.outcomes import HoldKeeper, Notify, idle_minutes, idle_of
 from smart_agent.policy import Policy
 from smart_agent.predictor_set import PredictorSet
@@ -77,9 +78,10 @@ class Agent:
         self.allocate_on_miss = allocate_on_miss
         self.notify: Notify = notify or (lambda kind, data: None)
         self.arrival_max_age_s = arrival_max_age_s
-        # The most GPUs one job may claim or allocate: a misread count (512 from one row)
-        # stops here, before any request is sent.
-        self.max_job_gpus = max_job_gpus or policy.max_gpus_total
+        # The most GPUs one job may claim or allocate, or a forecast hold: a misread count
+        # (512 from one row) is clamped here, before any request is sent. None: the largest
+        # count among the user's own jobs seen so far (see job_gpu_cap).
+        self.job_cap = JobGpuCap(max_job_gpus)
         # Jobs from before this moment (processes already running, a backfilled history)
         # are history, not arrivals: they must neither claim a hold nor allocate now.
         self.started_at = clock()
@@ -99,18 +101,26 @@ class Agent:
         if event.user != self.user:
             return
         self._sign_of_life(event)
+        # The cap a job is held to comes from the jobs seen before it, not from itself.
+        cap = self.job_gpu_cap()
+        if event.kind in (*ARRIVALS, EventKind.JOB_FINISHED):
+            self.job_cap.see(event.gpus)
         if event.kind in ARRIVALS:
             key = event.job_id or f"{event.source}:{event.at}"
             known = self._open_jobs.get(key)
             if known is None and self._is_arrival(event):
-                self._open_jobs[key] = self._arrive(event)
+                self._open_jobs[key] = self._arrive(event, cap=cap)
             elif (
                 known is not None and known.gpus is None and event.gpus and self._is_arrival(event)
             ):
                 # `Submitted batch job N` first, the job's GPUs from its record later.
-                self._open_jobs[key] = self._arrive(event, log_id=known.log_id)
+                self._open_jobs[key] = self._arrive(event, cap=cap, log_id=known.log_id)
         elif event.kind == EventKind.JOB_FINISHED and event.job_id in self._open_jobs:
             self._finish(self._open_jobs.pop(event.job_id))
+
+    def job_gpu_cap(self) -> tuple[int, str]:
+        """The most GPUs one job (or a forecast hold) may ask for, and where that comes from."""
+        return self.job_cap.limit(self.policy.max_gpus_total)
 
     def _is_arrival(self, event: Event) -> bool:
         """A job arriving now, not one a backfill, a rewritten history file or a process
@@ -121,7 +131,7 @@ class Agent:
         log.debug("job %s at %.0f is history, not an arrival", event.job_id, event.at)
         return False
 
-    def _arrive(self, event: Event, *, log_id: int | None = None) -> OpenJob:
+    def _arrive(self, event: Event, *, cap: tuple[int, str], log_id: int | None = None) -> OpenJob:
         now = self.clock()
         job_id = log_id
         if job_id is None:
@@ -138,15 +148,9 @@ class Agent:
             # hold made for another job and allocates nothing.
             log.debug("job %s: no GPUs known, nothing claimed", event.job_id)
             return OpenJob(job_id, None, None if event.gpus is None else 0)
-        if event.gpus > self.max_job_gpus:
-            log.warning(
-                "job %s asks for %d GPUs, over the cap of %d (max_job_gpus): nothing requested",
-                event.job_id,
-                event.gpus,
-                self.max_job_gpus,
-            )
-            return OpenJob(job_id, None, event.gpus)
-        best = self._best_hold(event.gpus, event.gpu_model)
+        key = event.job_id or f"{event.source}:{event.at}"
+        gpus = self.job_cap.clamp(key, event.job_id, event.gpus, cap)
+        best = self._best_hold(gpus, event.gpu_model)
         hold = best[0] if best else None
         alloc: Allocation | None = None
         try:
@@ -154,7 +158,7 @@ class Agent:
                 row, current = best
                 alloc = self.client.claim(
                     row["hold_id"],
-                    gpu_count=_claim_size(event.gpus, current.gpu_count),
+                    gpu_count=_claim_size(gpus, current.gpu_count),
                     lease_s=self.lease_s,
                     idempotency_key=f"claim:{row['hold_id']}",
                 )
@@ -171,7 +175,7 @@ class Agent:
             elif self.allocate_on_miss:
                 model = event.gpu_model or self.policy.gpu_model
                 alloc = self.client.allocate(
-                    event.gpus,
+                    gpus,
                     gpu_model=wire_gpu_model(model, self.policy.gpu_model),
                     lease_s=self.lease_s,
                     use_holds=False,
@@ -192,7 +196,7 @@ class Agent:
             "job",
             {
                 "job": event.job_id,
-                "gpus": event.gpus,
+                "gpus": gpus,
                 "hold": hold["hold_id"] if hold else None,
                 "allocation": alloc.id if alloc else None,
                 "warm": bool(alloc and alloc.warm),
@@ -308,8 +312,9 @@ class Agent:
                     cue=cue,
                 )
         state = self.policy_state(now)
+        job_cap = self.job_gpu_cap()
         for forecast in report.forecasts:
-            decision = decide(self.policy, forecast, now=now, state=state, cue=cue)
+            decision = decide(self.policy, forecast, now=now, state=state, cue=cue, job_cap=job_cap)
             report.decisions.append(decision)
             fid = self.log.forecast(
                 forecast,

@@ -48,8 +48,9 @@ class AgentConfig(SourcesConfig):
         default=None,
         ge=1,
         le=100_000,
-        description="Most GPUs one job may claim or allocate; default: the policy's "
-        "max_gpus_total. A job asking for more gets nothing from the agent.",
+        description="Most GPUs one job may claim or allocate, and a forecast hold; default: "
+        "the largest of the user's jobs seen so far, at least 4, at most the policy's "
+        "max_gpus_total. A job asking for more is clamped to it (logged once per job).",
     )
     allocate_on_miss: bool = Field(
         default=False, description="When a job starts with no hold, allocate for it (cold)."

@@ -57,9 +57,16 @@ class PolicyState:
 
 
 def decide(
-    policy: Policy, forecast: Forecast, *, now: float, state: PolicyState, cue: str | None = None
+    policy: Policy,
+    forecast: Forecast,
+    *,
+    now: float,
+    state: PolicyState,
+    cue: str | None = None,
+    job_cap: tuple[int, str] | None = None,
 ) -> Decision:
-    """Accept (with the hold to request) or refuse a forecast, always with the reason."""
+    """Accept (with the hold to request) or refuse a forecast, always with the reason.
+    `job_cap`: the most GPUs one job may use and why (the agent's max_job_gpus)."""
     if forecast.confidence < policy.min_confidence:
         return Decision(
             False,
@@ -95,6 +102,11 @@ def decide(
         # A forecast (or a log line feeding one) asking for more is clipped, never obeyed.
         reason = f"accepted, clipped from {gpus} to max_gpus_per_hold {policy.max_gpus_per_hold}"
         gpus = policy.max_gpus_per_hold
+    if job_cap is not None and gpus > job_cap[0]:
+        # No hold bigger than one job of this user can take (a misread size in the history).
+        reason = f"accepted, clipped from {forecast.gpu_count} to max_job_gpus {job_cap[0]} "
+        reason += f"({job_cap[1]})"
+        gpus = job_cap[0]
     if state.held_gpus + gpus > policy.max_gpus_total:
         return Decision(
             False,

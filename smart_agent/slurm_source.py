@@ -17,7 +17,7 @@ from predictors.types import Event
 from smart_agent.parsers.base import BaseParser
 from smart_agent.parsers.slurm import FINISHED, SacctParser, phase_of
 from smart_agent.parsers.slurm_table import job_ref
-from smart_agent.parsers.squeue import SqueueParser
+from smart_agent.parsers.squeue import SqueueParser, job_id_of
 from smart_agent.redact import Redactor
 
 log = logging.getLogger(__name__)
@@ -25,13 +25,18 @@ log = logging.getLogger(__name__)
 SACCT_FORMAT = (
     "JobIDRaw,JobID,User,JobName,Partition,State,Submit,Start,End,ElapsedRaw,AllocTRES,ReqTRES"
 )
+# `-O JobID` is the raw id: an array task would be `7` here and `3_1` in sacct, and a
+# pending array `3_[0-3]` would be `3`, a job that seems to end when its tasks start. The
+# array and het columns spell the id as sacct does (see squeue.job_id_of).
 SQUEUE_FORMAT = (
-    "JobID:|,UserName:|,State:|,TimeUsed:|,NumNodes:|,tres-per-node:|,tres-per-job:|,"
-    "SubmitTime:|,StartTime:|,Name:"
+    "ArrayJobID:|,ArrayTaskID:|,HetJobID:|,HetJobOffset:|,JobID:|,UserName:|,State:|,"
+    "TimeUsed:|,NumNodes:|,tres-per-node:|,tres-per-job:|,SubmitTime:|,StartTime:|,Name:"
 )
+# The headers squeue prints for the leading columns of SQUEUE_FORMAT.
+SQUEUE_ID_COLUMNS = ["ARRAY_JOB_ID", "ARRAY_TASK_ID", "HET_JOB_ID", "HET_JOB_OFFSET", "JOBID"]
 Runner = Callable[[Sequence[str], float], str]
 # Where the job id and the state are in each mode's fixed format.
-ID_STATE_COLUMNS = {"sacct": (1, 5), "squeue": (0, 2)}
+ID_STATE_COLUMNS = {"sacct": (1, 5), "squeue": (4, 6)}
 SOURCE = "slurm"
 
 
@@ -72,7 +77,11 @@ def alive_jobs(text: str, mode: str) -> list[str]:
         cells = line.split("|")
         if len(cells) <= state_col:
             continue
-        ref = job_ref(cells[id_col])
+        if mode == "squeue":
+            width = len(SQUEUE_ID_COLUMNS)
+            ref = job_ref(job_id_of(SQUEUE_ID_COLUMNS, [c.strip() for c in cells[:width]]))
+        else:
+            ref = job_ref(cells[id_col])
         phase = phase_of(cells[state_col])
         if ref is None or ref.step or ref.pending_array or phase is None:
             continue
@@ -158,6 +167,9 @@ class SlurmSource:
         events: list[Event] = []
         for line in text.splitlines():
             events += self.parser.parse(line, source=SOURCE, now=now)
+        if isinstance(self.parser, SqueueParser):
+            # One run is one whole snapshot: the jobs it no longer lists have ended now.
+            events += self.parser.end_snapshot(source=SOURCE, now=now)
         events += self.parser.caught_up(source=SOURCE, now=now)  # the first poll: a baseline
         for event in events:
             self.events += 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from smart_agent.cli.common import console, err_console
 
+# Rows of the baseline table shown; --format json gives them all.
+MAX_BASELINE_ROWS = 40
 KINDS = ("auto", "plain", "jsonl", "sacct", "squeue", "shell_history", "jobs_csv")
 
 
@@ -68,6 +71,7 @@ def inspect_files(
         )
         for note in data["notes"]:
             console.print(f"  [yellow]note:[/yellow] {note}", highlight=False)
+        _print_baseline(data["jobs"])
         if data["events"]:
             table = Table("line", "event", "job", "user", "gpus", "model", "at (UTC)", "excerpt")
             for e in data["events"]:
@@ -91,3 +95,37 @@ def inspect_files(
 
 def _no_text(data: dict) -> dict:
     return {k: v for k, v in data.items() if k != "redacted"}
+
+
+def _print_baseline(jobs: list[dict[str, Any]]) -> None:
+    """The jobs a saved sacct or squeue table held when it was read: the state the agent
+    starts from (a snapshot read on its own gives no events; its jobs are not arrivals)."""
+    first = [job for job in jobs if job.get("baseline")]
+    if not first:
+        return
+    later = len(jobs) - len(first)
+    console.print(
+        f"  [bold]baseline[/bold]: {len(first)} jobs already there: their state, not arrivals",
+        highlight=False,
+    )
+    if later:
+        console.print(f"  {later} more jobs first seen in later snapshots: see the events")
+    table = Table("job", "state", "user", "gpus", "model", "submitted (UTC)")
+    for job in first[:MAX_BASELINE_ROWS]:
+        state = str(job.get("state") or "")
+        if job.get("pending_array"):
+            state += " (array)"
+        if job.get("gone"):
+            state += ", gone"
+        submit = job.get("submit")
+        table.add_row(
+            str(job["job_id"]),
+            state,
+            job.get("user") or "",
+            "?" if job.get("gpus") is None else str(job["gpus"]),
+            job.get("gpu_model") or "",
+            submit[5:16].replace("T", " ") if isinstance(submit, str) else "",
+        )
+    console.print(table)
+    if len(first) > MAX_BASELINE_ROWS:
+        console.print(f"  ... {len(first) - MAX_BASELINE_ROWS} more (--format json lists all)")

@@ -50,7 +50,7 @@ def sniff_kind(line: str, *, sacct_fields: bool = False) -> str | None:
     if cells and cells[0] in ("JobID", "JobIDRaw"):
         return "sacct"
     words = {c.upper() for c in cells}
-    if "JOBID" in words and ("ST" in words or "STATE" in words):
+    if {"JOBID", "ARRAY_JOB_ID"} & words and ("ST" in words or "STATE" in words):
         return "squeue"
     if "|" in head and (sacct_fields or _sacct_row(cells)):
         return "sacct"

@@ -230,6 +230,7 @@ class SacctParser(BaseParser):
 
     def _job(self, row: JobRow, source: str, now: float) -> list[Event]:
         job_id, phase = row.job_id, row.phase
+        known = self.records.get(job_id)
         self.records[job_id] = {
             "state": row.state,
             "user": row.user,
@@ -239,6 +240,8 @@ class SacctParser(BaseParser):
             "start": row.start,
             "end": row.end,
             "pending_array": row.pending_array,
+            # Read before the agent looked: the state it starts from, not an arrival.
+            "baseline": bool(known["baseline"]) if known else self.baseline,
         }
         self.records.move_to_end(job_id)
         if len(self.records) > self.max_jobs:

@@ -4,6 +4,7 @@ into job_submitted, job_started and job_finished."""
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import tzinfo
 
@@ -23,7 +24,6 @@ from smart_agent.redact import Redactor
 
 _ALIASES = {
     "JOB_ID": "JOBID",
-    "ARRAY_JOB_ID": "JOBID",
     "STATE": "ST",
     "TIME_USED": "TIME",
     "NUM_NODES": "NODES",
@@ -34,6 +34,9 @@ _ALIASES = {
     "TRES_ALLOC": "TRES_ALLOC",
 }
 _SPLIT = re.compile(r"\s+")
+_NUMBER = re.compile(r"^\d{1,12}$")
+# Columns that name a job: `%i`/JobArrayID-style ids, or the parts to build one from.
+ID_COLUMNS = frozenset({"JOBID", "ARRAY_JOB_ID", "ARRAY_TASK_ID", "HET_JOB_ID", "HET_JOB_OFFSET"})
 
 
 @dataclass(slots=True)
@@ -77,6 +80,10 @@ class SqueueParser(BaseParser):
         self.snapshots = 0  # headers seen
         self.known: dict[str, _Job] = {}
         self.current: set[str] = set()
+        self.open = False  # a header was read and its snapshot not ended yet
+        # Each job's last row (for `jitgpu agent inspect`), as SacctParser.records; those
+        # of the first snapshot are the baseline, the state the agent starts from.
+        self.records: OrderedDict[str, dict[str, object]] = OrderedDict()
         # A het job's components (`123+0`, `123+1`) on consecutive rows, read as one job.
         self._het_job: str | None = None
         self._het_rows: list[dict[str, str]] = []
@@ -88,10 +95,11 @@ class SqueueParser(BaseParser):
         pipe = "|" in text
         cells = [c.strip() for c in (text.split("|") if pipe else _SPLIT.split(text))]
         names = [_column(c) for c in cells]
-        if "JOBID" in names and "ST" in names:
+        if ("JOBID" in names or "ARRAY_JOB_ID" in names) and "ST" in names:
             events = self._flush_het(source, now) + self._end_snapshot(source, now)
             self.columns, self.pipe = names, pipe
             self.snapshots += 1
+            self.open = True
             return events
         if self.columns is None:
             return None
@@ -101,6 +109,7 @@ class SqueueParser(BaseParser):
         if len(cells) != len(self.columns):
             return None
         row = dict(zip(self.columns, cells, strict=True))
+        row["JOBID"] = job_id_of(self.columns, cells)
         ref = job_ref(row.get("JOBID", ""))
         events = self._flush_het(source, now) if ref is None or ref.job != self._het_job else []
         if ref is not None and ref.het is not None and not ref.step:
@@ -149,6 +158,7 @@ class SqueueParser(BaseParser):
             elapsed,
             ref.pending_array,
         )
+        self._record(job_id, row, phase, (gpus, model), ref.pending_array, now)
         if ref.pending_array:
             return []  # its tasks report themselves when they start
         if self.snapshots <= 1 or (before is not None and phase <= before.phase):
@@ -184,6 +194,37 @@ class SqueueParser(BaseParser):
             events.append(make(EventKind.JOB_FINISHED, now, elapsed))
         return events
 
+    def _record(
+        self,
+        job_id: str,
+        row: dict[str, str],
+        phase: int,
+        gpus_of: tuple[int | None, str | None],
+        pending_array: bool,
+        now: float,
+    ) -> None:
+        known = self.records.get(job_id)
+        self.records[job_id] = {
+            "state": row.get("ST"),
+            "user": row.get("USER") or None,
+            "gpus": gpus_of[0],
+            "gpu_model": gpus_of[1],
+            "submit": parse_time(row.get("SUBMIT"), now, self.tz),
+            # A pending job's START_TIME is Slurm's estimate, not a start.
+            "start": parse_time(row.get("START"), now, self.tz) if phase >= RUNNING else None,
+            "end": None,
+            "pending_array": pending_array,
+            "baseline": bool(known["baseline"]) if known else self.snapshots <= 1,
+        }
+        self.records.move_to_end(job_id)
+        if len(self.records) > self.max_jobs:
+            self.records.popitem(last=False)
+
+    def _gone(self, job_id: str) -> None:
+        """A job a later snapshot no longer lists: ended, or a pending array's row."""
+        if job_id in self.records:
+            self.records[job_id]["gone"] = True
+
     def caught_up(self, *, source: str, now: float) -> list[Event]:
         events = self._flush_het(source, now)
         self.baseline = False  # what is written from now on is seen as it happens
@@ -192,15 +233,25 @@ class SqueueParser(BaseParser):
     def rewound(self, *, source: str, now: float) -> None:
         self._het_job, self._het_rows = None, []
 
+    def end_snapshot(self, *, source: str, now: float) -> list[Event]:
+        """End the snapshot read last, for a reader that knows it is whole (one run of
+        squeue): its missing jobs end now, not when the next run's header comes."""
+        return self._flush_het(source, now) + self._end_snapshot(source, now)
+
     def _end_snapshot(self, source: str, now: float) -> list[Event]:
         """Jobs tracked but absent from the snapshot just ended have finished."""
         events: list[Event] = []
+        if not self.open:
+            return events  # ended already (end_snapshot), or none begun
+        self.open = False
         if self.snapshots and self.baseline:
             for job_id in [j for j in self.known if j not in self.current]:
                 del self.known[job_id]  # ended at a time no snapshot states
+                self._gone(job_id)
         elif self.snapshots:
             for job_id in [j for j in self.known if j not in self.current]:
                 job = self.known.pop(job_id)
+                self._gone(job_id)
                 if job.phase >= FINISHED or job.array:
                     continue
                 events.append(
@@ -217,6 +268,34 @@ class SqueueParser(BaseParser):
                 )
         self.current = set()
         return events
+
+
+def job_id_of(columns: list[str], cells: list[str]) -> str:
+    """The job id a row names, spelt as sacct's JobID and `squeue -o %i` spell it: an array
+    task `123_4` (not the raw id Slurm gives each started task), a pending array `123_[5-7]`,
+    a het job component `123+1`. Built from ArrayJobID/ArrayTaskID (`%F`/`%K`) and
+    HetJobID/HetJobOffset where the row has them; of several JOBID columns (`-o "%i|%A"`),
+    the one that already reads so."""
+    named: dict[str, str] = {}
+    ids: list[str] = []
+    for name, cell in zip(columns, cells, strict=True):
+        if name == "JOBID":
+            ids.append(cell)
+        elif name in ID_COLUMNS:
+            named.setdefault(name, cell)
+    het, offset = named.get("HET_JOB_ID", ""), named.get("HET_JOB_OFFSET", "")
+    if _NUMBER.match(het) and _NUMBER.match(offset):
+        return f"{het}+{offset}"
+    base, task = named.get("ARRAY_JOB_ID", ""), named.get("ARRAY_TASK_ID", "")
+    if _NUMBER.match(base) and task and task.upper() != "N/A":
+        # A pending array's tasks come as a range (`0-3`, `1,5`, `0-9%2`).
+        return (
+            f"{base}_{task}" if _NUMBER.match(task) or task.startswith("[") else f"{base}_[{task}]"
+        )
+    spelt = [i for i in ids if any(mark in i for mark in "_+")]
+    if spelt or ids:
+        return (spelt or ids)[0]
+    return base
 
 
 def _row_gpus(row: dict[str, str]) -> tuple[int | None, str | None]:

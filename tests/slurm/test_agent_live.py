@@ -205,11 +205,12 @@ def test_agent_sees_a_failure_an_array_and_a_time_out_end_and_releases_them(
     # Each ending (a failure and a time-out too) released its allocation; no lease expired.
     assert sorted(a["status"] for a in ended) == ["released"] * 4
     _assert_no_gpu_assigned(world)
-    # The agent's squeue format names each array task by its own job id (`%A`), not `3_0`.
+    # The agent's squeue format names each array task as sacct does (`3_0`, `%i`), not by
+    # the raw id Slurm gives it (`%A`), which no sacct row would match.
     task_ids = {raw: task for raw, task in (x.split() for x in ids.splitlines())}
-    array_tasks = sorted(raw for raw, task in task_ids.items() if task.startswith(f"{array}_"))
-    assert sorted(task_ids[raw] for raw in array_tasks) == [f"{array}_0", f"{array}_1"]
-    tasks = {failed: 1, late: 1, **{raw: 1 for raw in array_tasks}}
+    array_tasks = sorted(task for task in task_ids.values() if task.startswith(f"{array}_"))
+    assert array_tasks == [f"{array}_0", f"{array}_1"]
+    tasks = {failed: 1, late: 1, **{task: 1 for task in array_tasks}}
     rows = _agent_jobs(world)
     assert {r[0]: r[1] for r in rows} == tasks  # each array task a 1-GPU job of its own
     assert all(r[2] is not None and r[3] is not None for r in rows), rows

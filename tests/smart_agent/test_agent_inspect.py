@@ -106,3 +106,47 @@ def test_agent_status_lists_the_files_not_recognized(tmp_path: Path) -> None:
     result = runner.invoke(app, ["agent", "status", "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "not recognized" in result.stdout and "~/gpus.txt" in result.stdout
+
+
+def test_a_saved_squeue_snapshot_shows_its_jobs_as_the_baseline() -> None:
+    """One snapshot gives no events (its jobs were there before the agent looked): inspect
+    shows them, with their states and GPUs, labelled as the baseline, within 80 columns."""
+    sample = str(ROOT / "squeue/Q03_tres_per_node_b.txt")
+    result = runner.invoke(app, ["agent", "inspect", sample], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    (data,) = json.loads(
+        runner.invoke(app, ["agent", "inspect", "--format", "json", sample]).stdout
+    )
+    assert data["kind"] == "squeue" and data["events"] == []
+    assert data["jobs"] and all(job["baseline"] for job in data["jobs"])
+    assert f"baseline: {len(data['jobs'])} jobs already there" in result.stdout
+    assert "their state, not arrivals" in result.stdout
+    for job in data["jobs"]:
+        assert job["job_id"] in result.stdout and job["state"] in result.stdout
+
+
+def test_a_squeue_sequence_shows_the_baseline_then_the_events() -> None:
+    sample = Path(__file__).resolve().parents[1] / "data" / "smart_agent" / "squeue_array_O.txt"
+    (data,) = json.loads(
+        runner.invoke(app, ["agent", "inspect", "--format", "json", str(sample)]).stdout
+    )
+    first = {job["job_id"]: job for job in data["jobs"] if job["baseline"]}
+    assert sorted(first) == ["1_[0-3]", "2"]  # the pending array's row, and the het job
+    assert first["1_[0-3]"]["pending_array"] and first["2"]["gpus"] == 2  # 1 + 1 GPU
+    assert first["2"]["state"] == "PENDING" and "gone" not in first["2"]
+    assert {e["job_id"] for e in data["events"]} == {"1_0", "1_1", "1_2", "1_3"}
+    table = runner.invoke(app, ["agent", "inspect", str(sample)], env={"COLUMNS": "80"})
+    assert "baseline: 2 jobs" in table.stdout and "5 more jobs first seen in later" in table.stdout
+    assert "PENDING (array), gone" in table.stdout
+
+
+def test_a_saved_sacct_table_lists_its_jobs_as_the_baseline() -> None:
+    sample = str(ROOT / "sacct/G02_local_sacct_P_default_fields.txt")
+    result = runner.invoke(app, ["agent", "inspect", sample], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and "baseline:" in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80, result.stdout
+    (data,) = json.loads(
+        runner.invoke(app, ["agent", "inspect", "--format", "json", sample]).stdout
+    )
+    assert data["jobs"] and all(job["baseline"] for job in data["jobs"])

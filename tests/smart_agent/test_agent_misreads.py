@@ -4,6 +4,7 @@ sent, and every allocation the agent makes has a lease."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,12 +51,47 @@ def test_cpu_jobs_claim_nothing_and_allocate_nothing(world: World) -> None:
     assert world.client.list_allocations() == []
 
 
-def test_a_count_over_the_cap_is_never_sent(world: World) -> None:
+def test_a_count_over_the_cap_is_never_sent(world: World, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A configured max_job_gpus wins: 512 read from one row is clamped to it, and said once."""
     agent = world.agent(POLICY, allocate_on_miss=True, max_job_gpus=4)
-    agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=512, job_id="big"))
+    with caplog.at_level(logging.WARNING, logger="jitgpu.agent"):
+        agent.observe(Event(EventKind.JOB_SUBMITTED, world.clock(), USER, job_id="big"))
+        agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=512, job_id="big"))
+        agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=512, job_id="big"))
+    (alloc,) = world.client.list_allocations()
+    assert alloc.gpu_count == 4
+    (said,) = [r.getMessage() for r in caplog.records if "clamped" in r.getMessage()]
+    assert "asks for 512 GPUs: clamped to 4" in said and "set in the config" in said
+
+
+def test_the_default_cap_is_the_users_largest_job(world: World, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Without max_job_gpus: the largest job of the user's seen so far, never under
+    4 (see smart_agent.job_cap), within max_gpus_total; other users' jobs do
+    not count."""
+    policy = POLICY.model_copy(update={"max_gpus_total": 64})
+    agent = world.agent(policy, allocate_on_miss=True)
+    assert agent.job_gpu_cap() == (4, "no job history yet: 4")
+    small = world.agent(POLICY.model_copy(update={"max_gpus_total": 3}))
+    assert small.job_gpu_cap() == (3, "no job history yet: 4")  # within the total
+    past = world.clock() - 3600  # history: learnt from, never an arrival
+
+    def seen(user: str, gpus: int, job: str) -> None:
+        agent.observe(Event(EventKind.JOB_FINISHED, past, user, gpus=gpus, job_id=job))
+
+    seen(USER, 2, "p1")
+    assert agent.job_gpu_cap() == (4, "your jobs so far took fewer: 4")  # 2 is not cut to 1
+    seen(USER, 6, "p2")
+    seen(USER, 3, "p3")
+    seen("bob", 7, "b1")
+    assert agent.job_gpu_cap() == (6, "the largest of your jobs seen so far")
     assert world.client.list_allocations() == []
-    default_cap = world.agent(POLICY, allocate_on_miss=True)
-    assert default_cap.max_job_gpus == POLICY.max_gpus_total
+    with caplog.at_level(logging.WARNING, logger="jitgpu.agent"):
+        agent.observe(Event(EventKind.JOB_STARTED, world.clock(), USER, gpus=512, job_id="big"))
+    (alloc,) = world.client.list_allocations()
+    assert alloc.gpu_count == 6  # what this user runs, not 512 nor the policy's 64
+    assert "asks for 512 GPUs: clamped to 6, max_job_gpus (the largest" in caplog.text
+    # The misread joins what was seen: later jobs are bounded by max_gpus_total only.
+    assert agent.job_gpu_cap() == (64, "the largest of your jobs seen so far")
 
 
 def test_allocations_the_agent_makes_have_a_lease(world: World) -> None:

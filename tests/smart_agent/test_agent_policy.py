@@ -86,6 +86,22 @@ def test_decision_clips_gpus_to_the_policy() -> None:
     assert decision.intent.gpu_count == 4 and "clipped from 1000" in decision.reason
 
 
+def test_decision_clips_gpus_to_the_largest_job() -> None:
+    """A forecast hold is never bigger than one job of the user's may take (max_job_gpus)."""
+    cap = (2, "the largest of your jobs seen so far")
+    decision = decide(
+        Policy(max_gpus_per_hold=4), _forecast(gpu_count=512), now=NOW, state=PolicyState(),
+        job_cap=cap,
+    )  # fmt: skip
+    assert decision.accepted and decision.intent is not None and decision.intent.gpu_count == 2
+    assert decision.reason == (
+        "accepted, clipped from 512 to max_job_gpus 2 (the largest of your jobs seen so far)"
+    )
+    within = decide(Policy(), _forecast(gpu_count=2), now=NOW, state=PolicyState(), job_cap=cap)
+    assert within.intent is not None and within.intent.gpu_count == 2
+    assert within.reason == "accepted"
+
+
 @pytest.mark.parametrize(
     ("policy", "forecast", "state", "why"),
     [

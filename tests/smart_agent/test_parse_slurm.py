@@ -172,3 +172,25 @@ def test_squeue_rows_before_a_header_are_unknown() -> None:
     parser = SqueueParser("me")
     assert feed(parser, ["  2001 gpu train alice R 1:00 1 n1", "JOBID ST", "x y z"]) == []
     assert parser.stats.unknown == 2
+
+
+@pytest.mark.parametrize(
+    ("header", "first", "second"),
+    [
+        ("JOBID|JOBID|ST", ["1_[1-3]|1|PD", "1_0|4|R"], ["1_[2-3]|1|PD", "1_1|5|R"]),  # %i|%A
+        ("ARRAY_JOB_ID|ARRAY_TASK_ID|ST", ["1|1-3|PD", "1|0|R"], ["1|2-3|PD", "1|1|R"]),  # %F|%K
+    ],
+)
+def test_squeue_array_tasks_named_as_sacct_names_them(
+    header: str, first: list[str], second: list[str]
+) -> None:
+    """Of two JOBID columns the spelt one, or the array job and task columns: a task is
+    `1_1` (not its raw id 5), and the pending row `1_[1-3]` ends as no job."""
+    parser = SqueueParser("me")
+    events = feed(parser, [header, *first, header, *second, header, header])
+    assert brief(events) == [
+        ("job_submitted", "1_1"),
+        ("job_started", "1_1"),
+        ("job_finished", "1_0"),
+        ("job_finished", "1_1"),
+    ]

@@ -11,9 +11,16 @@ from pathlib import Path
 import pytest
 
 from predictors.types import Event, EventKind
-from smart_agent.slurm_source import SACCT_FORMAT, SlurmConfig, SlurmSource
+from smart_agent.slurm_source import (
+    SACCT_FORMAT,
+    SQUEUE_FORMAT,
+    SlurmConfig,
+    SlurmSource,
+    alive_jobs,
+)
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "real-inputs"
+DATA = Path(__file__).resolve().parents[1] / "data" / "smart_agent"
 NOW = datetime(2026, 11, 27, tzinfo=UTC).timestamp()
 
 
@@ -74,7 +81,7 @@ def test_squeue_when_sacct_fails(fake_bin: Path) -> None:
         (fake_bin / "squeue.out").write_text(snapshot)
         source.poll_once()
     assert source.mode == "squeue" and source.errors == 0
-    assert "--me -O JobID:|" in (fake_bin / "squeue.args").read_text()
+    assert f"--me -O {SQUEUE_FORMAT}" in (fake_bin / "squeue.args").read_text()
     ended = {e.job_id for e in got if e.kind == EventKind.JOB_FINISHED}
     assert {"2", "4", "8", "9"} <= ended
 
@@ -114,3 +121,46 @@ def test_each_poll_reports_the_jobs_still_alive(fake_bin: Path) -> None:
     (fake_bin / "sacct.out").write_text("\n".join(rows[:1] + rows[4:]) + "\n")
     source.poll_once()
     assert seen[-1] == []
+
+
+def test_squeue_names_array_tasks_as_sacct_does(fake_bin: Path) -> None:
+    """Real `squeue -O` output of the fixed format: array tasks are `1_0`..`1_3` (their raw
+    ids 4, 5, 6 and 1 are never job ids), the pending `1_[0-3]` is no job, and the het job's
+    two components are one job `2`."""
+    text = (DATA / "squeue_array_O.txt").read_text()
+    header = text.splitlines(keepends=True)[0]
+    snapshots = [header + s for s in text.split(header) if s] + [header]
+    got: list[Event] = []
+    alive: list[list[str]] = []
+    source = SlurmSource(got.append, user="alice", tz=UTC, clock=lambda: NOW, on_alive=alive.append)
+    for snapshot in snapshots:
+        (fake_bin / "squeue.out").write_text(snapshot)
+        source.poll_once()
+    assert source.mode == "squeue"
+    assert {e.job_id for e in got} == {"1_0", "1_1", "1_2", "1_3", "2"}
+    started = [e.job_id for e in got if e.kind == EventKind.JOB_STARTED]
+    assert sorted(started) == ["1_0", "1_2", "1_3"]  # 1_1 was already running at the baseline
+    # The pending array's row ends when its tasks start: that is no job's end.
+    ended = sorted(e.job_id for e in got if e.kind == EventKind.JOB_FINISHED)
+    assert ended == ["1_0", "1_1", "1_2", "1_3", "2"]
+    assert all(e.gpus == 2 for e in got if e.job_id.startswith("1_"))
+    assert alive[0] == ["2"] and alive[1] == ["1_0", "1_1", "2"] and alive[-1] == []
+    assert alive[3] == ["1_1", "1_3", "2"]
+
+
+def test_sacct_and_squeue_give_a_task_the_same_id() -> None:
+    """The same cluster state as sacct -X (`JobID` column) and as the squeue source's format."""
+    sacct_rows = [
+        "JobIDRaw|JobID|User|JobName|Partition|State|Submit|Start|End|ElapsedRaw|AllocTRES|ReqTRES",
+        "5|1_1|alice|sweep|gpu|RUNNING|2026-11-27T06:22:19|2026-11-27T06:22:20|Unknown|6|"
+        "gres/gpu=2|gres/gpu=2",
+        "1|1_3|alice|sweep|gpu|PENDING|2026-11-27T06:22:19|Unknown|Unknown|0||gres/gpu=2",
+        "6|1_2|alice|sweep|gpu|RUNNING|2026-11-27T06:22:19|2026-11-27T06:22:26|Unknown|0|"
+        "gres/gpu=2|gres/gpu=2",
+        "2|2+0|alice|het|gpu|PENDING|2026-11-27T06:22:19|Unknown|Unknown|0||gres/gpu=1",
+        "3|2+1|alice|het|gpu|PENDING|2026-11-27T06:22:19|Unknown|Unknown|0||gres/gpu=1",
+    ]
+    third = (DATA / "squeue_array_O.txt").read_text().split("ARRAY_JOB_ID")[3]
+    squeue_text = "ARRAY_JOB_ID" + third
+    assert alive_jobs("\n".join(sacct_rows), "sacct") == alive_jobs(squeue_text, "squeue")
+    assert alive_jobs(squeue_text, "squeue") == ["1_1", "1_2", "1_3", "2"]
