@@ -157,6 +157,8 @@ class SlurmSource:
             if self.mode is None:
                 self.mode = mode
                 self.parser = self._parser(mode)
+                # Which one answered: squeue means no accounting (no history before now).
+                log.info("slurm source: polling %s", mode)
             break
         if text is None or self.parser is None:
             self.errors += 1

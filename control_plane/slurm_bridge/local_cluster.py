@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from control_plane.slurm_bridge import local_accounting as acct
 from control_plane.slurm_bridge.local_files import (
     ALWAYS_ON,
     CLOUD,
@@ -40,17 +43,26 @@ class SlurmCluster:
         resume_timeout_s: int = 40,
         suspend_time_s: int = 6,
         gpus_per_node: int = 2,
+        accounting: bool = False,
+        users: tuple[str, ...] = ("root", "nobody"),
     ) -> None:
+        """`accounting`: slurmdbd and a private MariaDB too, so that `sacct` answers; `users`
+        are given an association in it (the users tests submit as)."""
         missing = missing_binaries()
         if missing:
             raise SlurmUnavailable(
                 f"missing Slurm binaries {missing} (Debian: apt-get install slurm-wlm munge)"
             )
+        missing = acct.missing_accounting_binaries() if accounting else []
+        if missing:
+            raise SlurmUnavailable(
+                f"accounting needs {missing}, not installed ({acct.INSTALL_HINT})"
+            )
         root = Path(tempfile.mkdtemp(prefix="jitgpu-slurm-"))
         # Other local users reach the munge socket and slurm.conf through it (tests submit
         # as a second user); the munge key's own folder stays closed.
         root.chmod(0o755)
-        ctld, always_on, cloud = free_ports(3)
+        ctld, always_on, cloud, dbd, db = free_ports(5)
         self.layout = Layout(
             root=root,
             ctld_port=ctld,
@@ -60,7 +72,12 @@ class SlurmCluster:
             boot_delay_s=boot_delay_s,
             resume_timeout_s=resume_timeout_s,
             suspend_time_s=suspend_time_s,
+            accounting=accounting,
+            dbd_port=dbd,
+            db_port=db,
+            db_password=secrets.token_hex(16),
         )
+        self.users = users
         self.env = env(self.layout)
         self._procs: list[subprocess.Popen[bytes]] = []
 
@@ -83,6 +100,8 @@ class SlurmCluster:
                 "--num-threads=1",
             )
             self._wait(layout.munge_socket.exists, 10, "munged socket")
+            if layout.accounting:
+                self._start_accounting()
             self._spawn("slurmctld", "-D", "-i", "-f", str(layout.conf))
             self._wait(lambda: self.scontrol("ping", check=False).returncode == 0, 30, "slurmctld")
             self._spawn("slurmd", "-D", "-f", str(layout.conf), "-N", ALWAYS_ON)
@@ -91,6 +110,21 @@ class SlurmCluster:
             self.stop()
             raise
         return self
+
+    def _start_accounting(self) -> None:
+        layout = self.layout
+        acct.install_db(layout)
+        self._spawn("mariadbd", *acct.mariadbd_args(layout))
+        self._wait(lambda: acct.db_ready(layout), 60, "mariadbd ready")
+        acct.write_dbd_conf(layout, socket.gethostname().split(".")[0])
+        self._spawn("slurmdbd", "-D")
+        # The first start creates slurmdbd's tables; sacctmgr answers once it listens.
+        self._wait(
+            lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+            60,
+            "slurmdbd",
+        )
+        acct.register(layout, self.env, self.users)
 
     def stop(self) -> None:
         # Jobs first: their slurmstepd outlives slurmd otherwise.

@@ -50,10 +50,19 @@ class Layout:
     boot_delay_s: float = 3.0
     resume_timeout_s: int = 40
     suspend_time_s: int = 6
+    # Accounting (slurmdbd and its MariaDB): off unless asked for, it costs seconds to start.
+    accounting: bool = False
+    dbd_port: int = 0
+    db_port: int = 0
+    db_password: str = ""
 
     @property
     def conf(self) -> Path:
         return self.root / "slurm.conf"
+
+    @property
+    def dbd_conf(self) -> Path:
+        return self.root / "slurmdbd.conf"
 
     @property
     def munge_socket(self) -> Path:
@@ -102,9 +111,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+{_accounting(layout)}JobCompType=jobcomp/none
 MpiDefault=none
 # A job that claimed a hold outlives its reservation (the bridge ends it early, at the claim).
 ResvOverRun=UNLIMITED
@@ -164,6 +171,23 @@ done
 exit 0
 """,
     )
+
+
+def _accounting(layout: Layout) -> str:
+    if not layout.accounting:
+        return (
+            "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+        )
+    # The "password" is the munge socket clients (sacct, sacctmgr) reach slurmdbd through;
+    # gres/gpu in the TRES: sacct's AllocTRES/ReqTRES then name each job's GPU count.
+    return f"""\
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={layout.dbd_port}
+AccountingStoragePass={layout.munge_socket}
+AccountingStorageTRES=gres/gpu
+"""
 
 
 def _script(path: Path, text: str) -> None:
