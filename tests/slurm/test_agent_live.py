@@ -1,10 +1,11 @@
 """The smart agent against a live Slurm: a real slurmctld/slurmd, the control plane and a
-simulated node as processes, the agent polling squeue itself (no accounting: sacct fails and
-the Slurm source falls back). Researcher jobs submitted with `sbatch --gres=gpu:N` are seen
-arriving and ending with their GPU counts, each gets one allocation of that many GPUs, a CPU
-job gets none, and nothing the agent allocated stays allocated once the jobs have ended. So
-too for a job that fails (exit 1), a job array (each task a job with its GPU) and a job that
-Slurm ends at its time limit (TIMEOUT)."""
+simulated node as processes, the agent polling Slurm itself: squeue where the cluster has no
+accounting (sacct fails and the Slurm source falls back), sacct where slurmdbd runs.
+Researcher jobs submitted with `sbatch --gres=gpu:N` are seen arriving and ending with their
+GPU counts, each gets one allocation of that many GPUs, a CPU job gets none, and nothing the
+agent allocated stays allocated once the jobs have ended. So too for a job that fails
+(exit 1), a job array (each task a job with its GPU) and a job that Slurm ends at its time
+limit (TIMEOUT)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[dict]:
-    cluster = start_or_skip(gpus_per_node=4)
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict]:
+    # `accounting` (slurmdbd, so that sacct answers) when a test asks for it with `sacct`.
+    mode = getattr(request, "param", "squeue")
+    cluster = start_or_skip(gpus_per_node=4, accounting=mode == "sacct")
     procs: list[Proc] = []
     try:
         server = ServerProc(
@@ -54,7 +57,14 @@ def world(tmp_path: Path) -> Iterator[dict]:
         )  # fmt: skip
         with server.admin() as admin:
             wait_for(lambda: len(admin.get("/v1/gpus").json()) == 4, timeout=30, what="GPUs")
-        yield {"slurm": cluster, "server": server, "key": key, "tmp": tmp_path, "procs": procs}
+        yield {
+            "slurm": cluster,
+            "server": server,
+            "key": key,
+            "tmp": tmp_path,
+            "procs": procs,
+            "mode": mode,
+        }
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -94,6 +104,13 @@ def _start_agent(world: dict) -> Proc:
         what="the agent to start",
     )
     assert agent.alive(), agent.output()
+    # The command the Slurm source settled on: sacct with accounting, else squeue.
+    wait_for(
+        lambda: "slurm source: polling" in agent.output(),
+        timeout=15,
+        what=f"the first Slurm poll\n{agent.output()[-2000:]}",
+    )
+    assert f"slurm source: polling {world['mode']}" in agent.output()
     return agent
 
 
@@ -141,6 +158,7 @@ def _agent_jobs(world: dict) -> list[tuple]:
         db.close()
 
 
+@pytest.mark.parametrize("world", ["squeue", "sacct"], indirect=True)
 def test_agent_follows_live_slurm_jobs_and_leaves_nothing_allocated(world: dict) -> None:
     cluster: SlurmCluster = world["slurm"]
     began = time.monotonic()
