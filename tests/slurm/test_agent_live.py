@@ -191,6 +191,7 @@ def test_agent_follows_live_slurm_jobs_and_leaves_nothing_allocated(world: dict)
     assert time.monotonic() - began < 60
 
 
+@pytest.mark.parametrize("world", ["squeue", "sacct"], indirect=True)
 def test_agent_sees_a_failure_an_array_and_a_time_out_end_and_releases_them(
     world: dict,
 ) -> None:
@@ -223,7 +224,7 @@ def test_agent_sees_a_failure_an_array_and_a_time_out_end_and_releases_them(
     # Each ending (a failure and a time-out too) released its allocation; no lease expired.
     assert sorted(a["status"] for a in ended) == ["released"] * 4
     _assert_no_gpu_assigned(world)
-    # The agent's squeue format names each array task as sacct does (`3_0`, `%i`), not by
+    # Either way each array task is named as sacct names it (`3_0`; squeue's `%i`), not by
     # the raw id Slurm gives it (`%A`), which no sacct row would match.
     task_ids = {raw: task for raw, task in (x.split() for x in ids.splitlines())}
     array_tasks = sorted(task for task in task_ids.values() if task.startswith(f"{array}_"))
