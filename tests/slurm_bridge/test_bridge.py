@@ -14,10 +14,18 @@ from tests.support.slurm_cluster import ALWAYS_ON, CLOUD
 pytestmark = pytest.mark.slurm
 
 
+def _accounted(world: World, job: str) -> tuple[str, str] | None:
+    """The job's reservation and AllocTRES in sacct, once slurmdbd has them."""
+    out = world.slurm.run("sacct", "-X", "-n", "-P", "-j", job, "--format=Reservation,AllocTRES")
+    row = out.stdout.strip().split("|")
+    return (row[0], row[1]) if len(row) == 2 and row[0] else None
+
+
 def _gpus_on(world: World, node: str) -> list[dict]:
     return [g for g in world.http.get("/v1/gpus", headers=ADMIN).json() if g["node"] == node]
 
 
+@pytest.mark.parametrize("world", ["no-accounting", "accounting"], indirect=True)
 def test_hold_powers_up_reserves_and_a_plain_sbatch_claims_it(world: World) -> None:
     # gpu1 is busy with a job outside jitgpu: its GPUs leave placement, the hold goes to the
     # powered-down cloud node.
@@ -54,6 +62,10 @@ def test_hold_powers_up_reserves_and_a_plain_sbatch_claims_it(world: World) -> N
     # Time-to-GPU from Slurm's own Submit/Start: no boot wait.
     assert alloc["time_to_gpu_s"] is not None and alloc["time_to_gpu_s"] <= 2.0
     assert alloc["label"] == f"job {job}"
+    if world.slurm.layout.accounting:
+        # slurmdbd records the job in the hold's reservation, with its GPU.
+        reservation, tres = world.until(lambda: _accounted(world, job), "the job accounted")
+        assert reservation == name and "gres/gpu=1" in tres.split(",")
     # The rest of the window is given back (a reservation with a running job cannot be
     # deleted: it ends now); the job runs on, past the reservation's end.
     world.until(
