@@ -131,8 +131,11 @@ class SlurmCluster:
         if self._procs and self._procs[0].poll() is None:
             self._cancel_all_jobs()
         # The cloud node's slurmd was started by the resume program, not by us: its pid file.
+        # Our own children are stopped below (a child that exited stays a zombie until it is
+        # waited for, so waiting on its pid here would always run to the timeout).
+        own = {proc.pid for proc in self._procs}
         for pidfile in self.layout.root.glob("slurmd-*.pid"):
-            _kill_pidfile(pidfile)
+            _kill_pidfile(pidfile, skip=own)
         for proc in reversed(self._procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -239,9 +242,11 @@ class SlurmCluster:
         return ""
 
 
-def _kill_pidfile(pidfile: Path) -> None:
+def _kill_pidfile(pidfile: Path, skip: set[int]) -> None:
     try:
         pid = int(pidfile.read_text().strip())
+        if pid in skip:
+            return
         os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError):
         return
