@@ -1,5 +1,8 @@
 """A throwaway Slurm cluster on 127.0.0.1 (demo, tests, bench): munged, slurmctld, two slurmd.
 
+With `accounting=True` also slurmdbd and its own MariaDB (local_accounting), so that `sacct`
+answers; without it (the default, a tenth of the start time) sacct says accounting is off.
+
 The cloud node (`cloud1`) saves power: it starts powered down, its resume program "boots" it
 by starting a second `slurmd -N cloud1` after `boot_delay_s`, and its suspend program stops
 that slurmd again. GPUs are faked as a GRES count (`AutoDetect=off`), no device needed.
