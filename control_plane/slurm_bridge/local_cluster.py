@@ -130,6 +130,11 @@ class SlurmCluster:
         acct.register(layout, self.env, self.users)
 
     def stop(self) -> None:
+        # A boot still in its delay must not start a slurmd after we are gone: it sees the
+        # marker, and is stopped itself.
+        with contextlib.suppress(OSError):
+            self.layout.stopping.touch()
+        self._stop_boots()
         # Jobs first: their slurmstepd outlives slurmd otherwise.
         if self._procs and self._procs[0].poll() is None:
             self._cancel_all_jobs()
@@ -149,8 +154,27 @@ class SlurmCluster:
                 proc.kill()
                 proc.wait(timeout=5)
         self._procs.clear()
+        # A slurmd that a boot started while the above ran.
+        for pidfile in self.layout.root.glob("slurmd-*.pid"):
+            _kill_pidfile(pidfile, skip=own)
         if os.environ.get("JITGPU_KEEP_SLURM_DIR") != "1":
             shutil.rmtree(self.layout.root, ignore_errors=True)
+
+    def _stop_boots(self) -> None:
+        """End the resume program's boots still in their delay: only a process whose command
+        line names this cluster's folder (a pid in the file may since belong to another)."""
+        try:
+            pids = [int(x) for x in self.layout.boots.read_text().split()]
+        except (OSError, ValueError):
+            return
+        for pid in pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(self.layout.root).encode() in cmdline:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
 
     def _cancel_all_jobs(self) -> None:
         try:

@@ -75,6 +75,16 @@ class Layout:
         return self.root / f"{name}.log"
 
     @property
+    def stopping(self) -> Path:
+        """Made by stop(): a boot still in its delay then starts no slurmd."""
+        return self.root / "stopping"
+
+    @property
+    def boots(self) -> Path:
+        """The pids of boots in progress (the resume program's delayed slurmd starts)."""
+        return self.root / "boots.pid"
+
+    @property
     def resume_log(self) -> Path:
         """One line per resume: `<epoch> <nodes>`, and the JSON Slurm passed (SLURM_RESUME_FILE)."""
         return self.root / "resume.log"
@@ -156,10 +166,12 @@ if [ -n "$SLURM_RESUME_FILE" ]; then
 fi
 (
   sleep {layout.boot_delay_s}
+  [ -e {layout.stopping} ] && exit 0
   for node in $(SLURM_CONF={layout.conf} {scontrol} show hostnames "$1"); do
     SLURM_CONF={layout.conf} {slurmd} -b -f {layout.conf} -N "$node"
   done
 ) >/dev/null 2>&1 &
+echo $! >> {layout.boots}
 """,
     )
     _script(
