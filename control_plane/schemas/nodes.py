@@ -106,6 +106,11 @@ class NodeAssignment(BaseModel):
         description="The hold's tenant name (holds only): a scheduler backend maps it to the "
         "scheduler's user or account that may use the held GPUs.",
     )
+    hold_id: str | None = Field(
+        default=None,
+        description="The hold this allocation claimed (allocations only): a scheduler backend "
+        "keeps that hold's reservation until the claiming job runs in it.",
+    )
 
 
 class HeartbeatReply(BaseModel):

@@ -347,6 +347,7 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
                     # Warm only what is not usable yet; a ready allocation needs nothing.
                     warmup=alloc.warmup if alloc.ready_at is None else None,
                     expires_at=utc_from_epoch(alloc.expires_at),
+                    hold_id=alloc.hold_id,
                 )
             )
     return out

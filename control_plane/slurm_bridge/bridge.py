@@ -70,8 +70,9 @@ class Bridge:
         self.client = client
         self.clients: dict[str, BridgeClient] = {}  # Slurm node -> its credential's client
         self.node_ids: dict[str, str] = {}
-        # GPUs jitgpu has given out per node (last heartbeat): a Slurm job on them is ours.
-        self.assigned: dict[str, dict[str, str]] = {}
+        # GPUs jitgpu has given out per node (last heartbeat), to (kind, hold or allocation
+        # id): a Slurm job on them is ours.
+        self.assigned: dict[str, dict[str, tuple[str, str]]] = {}
         self.state = self._load()
 
     # -- state ----------------------------------------------------------------------------
@@ -122,11 +123,13 @@ class Bridge:
         nodes = {n.name: n for n in self.slurm.nodes() if self._ours(n)}
         jobs = self.slurm.jobs()
         reservations = self.slurm.reservations(self.cfg.reservation_prefix)
+        # Reservations a job runs in: the GPUs of their holds are that job's, not outsiders'.
+        occupied = {j.reservation for j in jobs if j.state == "RUNNING" and j.reservation}
         holds: dict[str, tuple[SlurmNode, NodeAssignment]] = {}
         allocations: dict[str, tuple[SlurmNode, NodeAssignment]] = {}
         for node in list(nodes.values()):
             try:
-                assignments = self._heartbeat(node)
+                assignments = self._heartbeat(node, occupied)
             except Refused as exc:
                 # One node the bridge may not act as (no enrolment token): serve the others.
                 log.warning("node %s not served: %s", node.name, exc)
@@ -138,7 +141,7 @@ class Bridge:
         for node, a in holds.values():
             if a.status in KEEP:
                 self._keep(now, node, a, reservations, jobs)
-        self._release_others(holds, reservations, jobs)
+        self._release_others(holds, allocations, reservations, jobs)
         self._end_finished_jobs(allocations, jobs)
         self._save()
 
@@ -148,10 +151,10 @@ class Bridge:
         wanted = self.cfg.partitions
         return wanted is None or bool(set(node.partitions) & set(wanted))
 
-    def _heartbeat(self, node: SlurmNode) -> list[NodeAssignment]:
+    def _heartbeat(self, node: SlurmNode, occupied: set[str]) -> list[NodeAssignment]:
         if node.name not in self.node_ids:
             self._register(node)
-        body = Heartbeat(gpus=self._telemetry(node))
+        body = Heartbeat(gpus=self._telemetry(node, occupied))
         client = self.clients[node.name]
         try:
             reply = client.heartbeat(self.node_ids[node.name], body)
@@ -159,7 +162,9 @@ class Bridge:
             # The control plane forgot the node (a fresh database): register it again.
             self._register(node)
             reply = client.heartbeat(self.node_ids[node.name], body)
-        self.assigned[node.name] = {uuid: a.kind for a in reply.assignments for uuid in a.gpu_uuids}
+        self.assigned[node.name] = {
+            uuid: (a.kind, a.id) for a in reply.assignments for uuid in a.gpu_uuids
+        }
         if reply.rotate_credential:
             self._rotate(node.name)
         return reply.assignments
@@ -214,18 +219,24 @@ class Bridge:
         self.clients[name] = client
         return client
 
-    def _telemetry(self, node: SlurmNode) -> list[GpuTelemetry]:
+    def _telemetry(self, node: SlurmNode, occupied: set[str]) -> list[GpuTelemetry]:
         """A failed node's GPUs leave placement; a powered-down one's stay: it can boot.
 
         GPUs that Slurm jobs outside jitgpu use are reported unavailable, so that no hold is
-        placed on them; jitgpu's own (held, or claimed by a job) are never among them.
+        placed on them; jitgpu's own (held, or claimed by a job) are never among them. A
+        job running in a hold's reservation uses that hold's GPUs, before and after the
+        bridge reports the claim.
         """
         uuids = [f"slurm-{node.name}-gpu{i}" for i in range(node.gpus)]
         if node.failed:
             reason = f"Slurm node state {node.state}"
             return [GpuTelemetry(uuid=u, healthy=False, reason=reason) for u in uuids]
         mine = self.assigned.get(node.name, {})
-        claimed = sum(1 for kind in mine.values() if kind == "allocation")
+        claimed = sum(
+            1
+            for kind, ident in mine.values()
+            if kind == "allocation" or self.reservation(ident) in occupied
+        )
         busy = max(0, node.gpus_used - claimed)
         free = [u for u in uuids if u not in mine]
         taken = set(free[len(free) - busy :]) if busy else set()
@@ -326,15 +337,26 @@ class Bridge:
     # -- release --------------------------------------------------------------------------
 
     def _release_others(
-        self, holds: dict[str, tuple[SlurmNode, NodeAssignment]], reservations: dict, jobs: list
+        self,
+        holds: dict[str, tuple[SlurmNode, NodeAssignment]],
+        allocations: dict[str, tuple[SlurmNode, NodeAssignment]],
+        reservations: dict,
+        jobs: list,
     ) -> None:
-        """Reservations of holds no longer kept (expired, cancelled, claimed) end now."""
+        """Reservations of holds no longer kept (expired, cancelled, claimed) end now; but
+        one claimed through jitgpu (the agent saw the job pending) waits for its job."""
         keep = {self.reservation(h) for h, (_, a) in holds.items() if a.status in KEEP}
         busy = {j.reservation for j in jobs if j.state == "RUNNING"}
+        claimed = {a.hold_id for _, a in allocations.values() if a.hold_id}
         for name in reservations:
             if name in keep:
                 continue
             hold_id = name[len(self.cfg.reservation_prefix) :]
+            if hold_id in claimed and name not in busy and hold_id not in self.state.claims:
+                # The claiming job has not started yet: ended now, the reservation would
+                # let another job take the booted node first. It ends when the job runs in
+                # it, or at the hold's own expiry (its EndTime).
+                continue
             if name not in busy or hold_id not in self.state.claims:
                 self._end(name)
             self.state.reserved.discard(hold_id)

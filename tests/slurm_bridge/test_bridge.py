@@ -9,6 +9,7 @@ import pytest
 
 from control_plane.schemas.nodes import Heartbeat
 from tests.slurm_bridge.conftest import ADMIN, World
+from tests.support.procs import wait_for
 from tests.support.slurm_cluster import ALWAYS_ON, CLOUD
 
 pytestmark = pytest.mark.slurm
@@ -189,3 +190,59 @@ def test_a_rotation_asked_of_a_slurm_node_is_done_kept_and_the_old_credential_di
     world.tick()
     assert world.bridge.node_ids[CLOUD] == node_id
     assert len(_gpus_on(world, CLOUD)) == 2
+
+
+def test_a_hold_claimed_through_jitgpu_keeps_its_reservation_until_its_job_runs(
+    world: World,
+) -> None:
+    # The smart agent claims a hold as soon as it sees the job, often still pending in Slurm.
+    world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None, "gpu1 busy"
+    )
+    hold = world.hold(ttl_s=120, gpu_count=1, warmup="boot")
+    name = f"jitgpu-{hold['id']}"
+    world.until(lambda: world.get_hold(hold["id"])["status"] == "ready" or None, "cloud1 up")
+    r = world.http.post(f"/v1/holds/{hold['id']}/claim", json={}, headers=world.tenant)
+    assert r.status_code == 201, r.text
+    for _ in range(3):
+        world.tick()
+        time.sleep(0.2)
+    # Claimed, no longer kept as a hold; its reservation still waits for the job.
+    end = world.reservations()[name].end
+    assert end is not None and end.timestamp() > time.time() + 60
+    job = world.slurm.sbatch("--gres=gpu:1", "--wrap=sleep 30")
+    world.until(
+        lambda: world.slurm.job_field(job, "JobState") == "RUNNING" or None,
+        "the job ran",
+    )
+    assert world.slurm.job_field(job, "Reservation") == name
+    assert world.slurm.job_field(job, "NodeList") == CLOUD
+    # It ran in the reservation: the rest of the window is given back.
+    world.until(
+        lambda: name not in world.reservations() or world.reservations()[name].end.timestamp()
+        <= time.time() or None,
+        "reservation ended",
+    )  # fmt: skip
+    world.slurm.run("scancel", job)
+
+
+def test_a_job_in_a_holds_reservation_is_never_reported_as_an_outsider(world: World) -> None:
+    world.slurm.sbatch("--gres=gpu:2", "-w", ALWAYS_ON, "--wrap=sleep 120")
+    world.until(
+        lambda: all(not g["healthy"] for g in _gpus_on(world, ALWAYS_ON)) or None, "gpu1 busy"
+    )
+    hold = world.hold(ttl_s=120, gpu_count=1, warmup="boot")
+    world.until(lambda: world.get_hold(hold["id"])["status"] == "ready" or None, "cloud1 up")
+    job = world.slurm.sbatch("--gres=gpu:1", "--wrap=sleep 30")
+    wait_for(
+        lambda: world.slurm.job_field(job, "JobState") == "RUNNING",
+        timeout=15,
+        what="the job running in the reservation",
+    )
+    # One step: it heartbeats first, then reports the claim. The job uses the held GPU:
+    # cloud1's other GPU stays free for the next hold.
+    world.tick()
+    assert world.get_hold(hold["id"])["status"] == "claimed"
+    assert all(g["healthy"] for g in _gpus_on(world, CLOUD))
+    world.slurm.run("scancel", job)
