@@ -150,11 +150,16 @@ class Agent:
             return OpenJob(job_id, None, None if event.gpus is None else 0)
         key = event.job_id or f"{event.source}:{event.at}"
         gpus = self.job_cap.clamp(key, event.job_id, event.gpus, cap)
-        best = self._best_hold(gpus, event.gpu_model)
-        hold = best[0] if best else None
-        alloc: Allocation | None = None
+        # A hold the Slurm bridge already claimed for this job (it ran in the reservation
+        # before this poll saw it): recorded as the job's; the bridge releases it.
+        taken = None if event.job_id is None else self.holds.claimed_for(job_id, event.job_id, now)
+        best = None if taken else self._best_hold(gpus, event.gpu_model)
+        hold = best[0] if best else ({"hold_id": taken.hold_id} if taken else None)
+        alloc: Allocation | None = taken
         try:
-            if best is not None:
+            if taken is not None:
+                pass
+            elif best is not None:
                 row, current = best
                 alloc = self.client.claim(
                     row["hold_id"],
@@ -205,7 +210,7 @@ class Agent:
         )
         return OpenJob(
             job_id,
-            alloc.id if alloc else None,
+            alloc.id if alloc and not taken else None,
             event.gpus,
             # A job without an id is known by its source (its log) only.
             source=event.source if event.job_id is None else None,

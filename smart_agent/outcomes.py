@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 
-from control_plane.schemas.allocations import Hold
+from control_plane.schemas.allocations import Allocation, Hold
 from predictors.types import Forecast
 from smart_agent.client import Client, JitgpuError
 from smart_agent.predlog import PredictionLog
@@ -15,6 +15,9 @@ log = logging.getLogger("jitgpu.agent")
 
 ENDED = ("expired", "cancelled", "preempted", "failed", "claimed")
 CANCEL_GRACE_S = 60  # a hold this young keeps its chance: one quiet cycle is not a verdict
+# How far back a claimed hold no job of the log took yet may still be a job's that the
+# agent sees only now (a poll later than the backend's claim).
+LINK_WINDOW_S = 3600.0
 
 Notify = Callable[[str, dict], None]
 
@@ -38,23 +41,9 @@ class HoldKeeper:
         now = self.clock()
         changed = 0
         for row in self.log.pending_holds():
-            try:
-                hold = self.client.get_hold(row["hold_id"])
-            except JitgpuError as exc:
-                if exc.status == 404:
-                    self.log.hold_outcome(row["hold_id"], outcome="failed", at=now)
-                continue
-            status = hold.status.value
-            if status in ENDED:
-                ended = hold.ended_at.timestamp() if hold.ended_at else now
-                self.log.hold_outcome(
-                    row["hold_id"],
-                    outcome=status,
-                    at=ended,
-                    idle_gpu_minutes=idle_of(hold, ended),
-                    claimed_at=ended if status == "claimed" else None,
-                )
-                self.notify("outcome", {"hold": row["hold_id"], "outcome": status})
+            hold = self._fetch(row["hold_id"], now)
+            if hold is not None and hold.status.value in ENDED:
+                self._ended(hold, now)
                 changed += 1
         for job in self.log.query(
             "SELECT id, allocation_id FROM jobs WHERE allocation_id IS "
@@ -75,6 +64,56 @@ class HoldKeeper:
                 self.notify("ready", {"allocation": alloc.id, "time_to_gpu_s": alloc.time_to_gpu_s})
                 changed += 1
         return changed
+
+    def claimed_for(self, job_id: int, job_ref: str, now: float) -> Allocation | None:
+        """At a job's arrival: settle the pending holds that ended since the last reconcile
+        (the cycle that follows must not count them as pending), and return the allocation
+        of a hold a scheduler backend (the Slurm bridge) claimed for this very job, labelled
+        `job <id>`, now recorded against the job in the log."""
+        for row in self.log.pending_holds():
+            hold = self._fetch(row["hold_id"], now)
+            if hold is not None and hold.status.value in ENDED:
+                self._ended(hold, now)
+        for row in self.log.unlinked_claims(since=now - LINK_WINDOW_S):
+            hold = self._fetch(row["hold_id"], now)
+            if hold is None or hold.allocation_id is None:
+                continue
+            try:
+                alloc = self.client.get_allocation(hold.allocation_id)
+            except JitgpuError:
+                continue
+            if alloc.label != f"job {job_ref}":
+                continue
+            self.log.link_claim(hold.id, job_id)
+            self.log.job_update(
+                job_id,
+                hold_id=hold.id,
+                allocation_id=alloc.id,
+                warm=alloc.warm,
+                time_to_gpu_s=alloc.time_to_gpu_s,
+            )
+            return alloc
+        return None
+
+    def _fetch(self, hold_id: str, now: float) -> Hold | None:
+        try:
+            return self.client.get_hold(hold_id)
+        except JitgpuError as exc:
+            if exc.status == 404:
+                self.log.hold_outcome(hold_id, outcome="failed", at=now)
+            return None
+
+    def _ended(self, hold: Hold, now: float) -> None:
+        status = hold.status.value
+        ended = hold.ended_at.timestamp() if hold.ended_at else now
+        self.log.hold_outcome(
+            hold.id,
+            outcome=status,
+            at=ended,
+            idle_gpu_minutes=idle_of(hold, ended),
+            claimed_at=ended if status == "claimed" else None,
+        )
+        self.notify("outcome", {"hold": hold.id, "outcome": status})
 
     def cancel_unsupported(
         self,

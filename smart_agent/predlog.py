@@ -287,6 +287,23 @@ class PredictionLog:
         with self._lock:
             return [dict(r) for r in self._db.execute(sql, params).fetchall()]
 
+    def unlinked_claims(self, *, since: float) -> list[dict[str, Any]]:
+        """Holds claimed since `since` by no job this log knows (a backend claimed them)."""
+        return self.query(
+            "SELECT * FROM forecasts WHERE outcome='claimed' AND job_id IS NULL AND hold_id "
+            "IS NOT NULL AND outcome_at >= ? ORDER BY outcome_at",
+            (since,),
+        )
+
+    def link_claim(self, hold_id: str, job_id: int) -> None:
+        """The job (of the jobs table) that claimed the hold, learnt after the claim."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE forecasts SET job_id=? WHERE hold_id=? AND outcome='claimed' "
+                "AND job_id IS NULL",
+                (job_id, hold_id),
+            )
+
     def pending_holds(self) -> list[dict[str, Any]]:
         return self.query(
             "SELECT * FROM forecasts WHERE outcome='pending' AND hold_id IS NOT "

@@ -49,6 +49,49 @@ def test_cycle_makes_a_hold_and_a_job_claims_it_warm(world: World) -> None:
     assert world.client.get_allocation(job["allocation_id"]).status.value == "released"
 
 
+@pytest.mark.parametrize("reconciled_first", [False, True])
+def test_a_hold_the_slurm_bridge_claimed_for_the_job_is_recorded_as_the_jobs(
+    world: World, reconciled_first: bool
+) -> None:
+    """The bridge claims a hold as soon as the job runs in its reservation, often before the
+    agent's next poll sees the job: the arrival takes it as the job's, settles it at once (the
+    cycle that follows must not count it as pending) and leaves its release to the bridge.
+    So too when a reconcile has settled it as claimed before the poll."""
+    agent = world.agent(POLICY)
+    feed_history(agent, world.clock)
+    hold = world.client.get_hold(agent.cycle(trigger="timer").holds[0])
+    world.clock.advance(30)
+    alloc = world.client.claim(hold.id, label="job 42")  # as the bridge labels its claims
+    world.clock.advance(3)
+    if reconciled_first:
+        assert agent.reconcile() == 1 and world.log.pending_holds() == []
+    agent.observe(
+        Event(EventKind.JOB_SUBMITTED, world.clock(), USER, gpus=2, job_id="42", source="slurm")
+    )
+    job = world.log.query("SELECT * FROM jobs")[0]
+    assert (job["hold_id"], job["allocation_id"], job["warm"]) == (hold.id, alloc.id, 1)
+    assert job["time_to_gpu_s"] == 0.0
+    row = world.log.query("SELECT * FROM forecasts WHERE hold_id=?", (hold.id,))[0]
+    assert (row["outcome"], row["job_id"]) == ("claimed", job["id"])
+    assert world.log.pending_holds() == []
+    agent.observe(Event(EventKind.JOB_FINISHED, world.clock.advance(60), USER, gpus=2, job_id="42"))
+    assert world.client.get_allocation(alloc.id).status.value == "allocated"  # the bridge's
+
+
+def test_a_hold_claimed_for_another_job_is_settled_but_not_taken(world: World) -> None:
+    agent = world.agent(POLICY)
+    feed_history(agent, world.clock)
+    hold = world.client.get_hold(agent.cycle(trigger="timer").holds[0])
+    world.client.claim(hold.id, label="job 41")
+    agent.observe(
+        Event(EventKind.JOB_SUBMITTED, world.clock(), USER, gpus=2, job_id="42", source="slurm")
+    )
+    job = world.log.query("SELECT * FROM jobs")[0]
+    assert (job["hold_id"], job["allocation_id"]) == (None, None)
+    row = world.log.query("SELECT * FROM forecasts WHERE hold_id=?", (hold.id,))[0]
+    assert (row["outcome"], row["job_id"]) == ("claimed", None)
+
+
 def test_a_job_smaller_than_the_hold_claims_only_its_gpus(world: World) -> None:
     agent = world.agent(POLICY)
     feed_history(agent, world.clock, gpus=4)
