@@ -45,7 +45,7 @@ CADENCE_S = 12.0  # the researcher submits the sweep's jobs this far apart
 HOLD_TTL_S = 30  # the policy's longest hold window: how long a wrong forecast costs
 JOB_S = 10  # the sweep job's run: two of the agent's squeue polls see it
 # Slurm 22.05 suspends an idle node even while it is reserved: keep it up past a hold window.
-SUSPEND_S = 28
+SUSPEND_S = 30
 
 
 def _write_yaml(path: Path, data: dict) -> Path:
@@ -253,6 +253,12 @@ def test_agent_forecast_powers_up_reserves_and_a_wrong_one_powers_down(world: di
         ),
         timeout=15,
         what="the claim",
+    )
+    # The agent may claim while the job is still pending: its reservation waits for it.
+    wait_for(
+        lambda: cluster.job_field(third, "JobState") == "RUNNING",
+        timeout=10,
+        what="the third job running",
     )
     assert cluster.job_field(third, "Reservation") == name
     assert cluster.job_field(third, "NodeList") == CLOUD
