@@ -28,6 +28,15 @@ def test_assignment_carries_tenant_and_start_for_the_backend(api: Api) -> None:
     assert assignment["start_at"] == hold["start_at"]
 
 
+def test_a_claimed_holds_allocation_names_the_hold_for_the_backend(api: Api) -> None:
+    node, hold, headers, node_auth = _setup(api)
+    alloc = api.http.post(f"/v1/holds/{hold['id']}/claim", json={}, headers=headers).json()
+    beat = api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json={}, headers=node_auth)
+    [assignment] = beat.json()["assignments"]
+    assert (assignment["kind"], assignment["id"]) == ("allocation", alloc["id"])
+    assert assignment["hold_id"] == hold["id"]
+
+
 def test_claim_reported_with_backend_times_gives_time_to_gpu(api: Api) -> None:
     node, hold, headers, node_auth = _setup(api)
     api.clock.advance(30)
