@@ -18,7 +18,6 @@ from control_plane.node_agent.identity import CredentialStore
 from control_plane.schemas.backends import BackendEvent, BackendEventKind, BackendEventReply
 from control_plane.schemas.nodes import (
     GpuSpec,
-    GpuTelemetry,
     Heartbeat,
     NodeAssignment,
     NodeRegister,
@@ -27,6 +26,7 @@ from control_plane.schemas.nodes import (
 )
 from control_plane.slurm_bridge.config import BridgeConfig
 from control_plane.slurm_bridge.slurm import Slurm, SlurmError, SlurmJob, SlurmNode
+from control_plane.slurm_bridge.telemetry import gpu_report, gpu_uuids
 
 log = logging.getLogger("jitgpu.slurm_bridge")
 
@@ -154,7 +154,9 @@ class Bridge:
     def _heartbeat(self, node: SlurmNode, occupied: set[str]) -> list[NodeAssignment]:
         if node.name not in self.node_ids:
             self._register(node)
-        body = Heartbeat(gpus=self._telemetry(node, occupied))
+        mine = self.assigned.get(node.name, {})
+        prefix = self.cfg.reservation_prefix
+        body = Heartbeat(gpus=gpu_report(node, mine, occupied, prefix))
         client = self.clients[node.name]
         try:
             reply = client.heartbeat(self.node_ids[node.name], body)
@@ -184,13 +186,8 @@ class Bridge:
 
     def _register(self, node: SlurmNode) -> None:
         gpus = [
-            GpuSpec(
-                uuid=f"slurm-{node.name}-gpu{i}",
-                model=self.cfg.gpu_model,
-                memory_mb=self.cfg.gpu_memory_mb,
-                index=i,
-            )
-            for i in range(node.gpus)
+            GpuSpec(uuid=uuid, model=self.cfg.gpu_model, memory_mb=self.cfg.gpu_memory_mb, index=i)
+            for i, uuid in enumerate(gpu_uuids(node))
         ]
         leaf = node.partitions[0] if node.partitions else "leaf0"
         client = self.clients.get(node.name) or self._enrol(node.name)
@@ -218,36 +215,6 @@ class Bridge:
         client = BridgeClient(self.client.server, credential, http=self.client.http)
         self.clients[name] = client
         return client
-
-    def _telemetry(self, node: SlurmNode, occupied: set[str]) -> list[GpuTelemetry]:
-        """A failed node's GPUs leave placement; a powered-down one's stay: it can boot.
-
-        GPUs that Slurm jobs outside jitgpu use are reported unavailable, so that no hold is
-        placed on them; jitgpu's own (held, or claimed by a job) are never among them. A
-        job running in a hold's reservation uses that hold's GPUs, before and after the
-        bridge reports the claim.
-        """
-        uuids = [f"slurm-{node.name}-gpu{i}" for i in range(node.gpus)]
-        if node.failed:
-            reason = f"Slurm node state {node.state}"
-            return [GpuTelemetry(uuid=u, healthy=False, reason=reason) for u in uuids]
-        mine = self.assigned.get(node.name, {})
-        claimed = sum(
-            1
-            for kind, ident in mine.values()
-            if kind == "allocation" or self.reservation(ident) in occupied
-        )
-        busy = max(0, node.gpus_used - claimed)
-        free = [u for u in uuids if u not in mine]
-        taken = set(free[len(free) - busy :]) if busy else set()
-        return [
-            GpuTelemetry(
-                uuid=u,
-                healthy=u not in taken,
-                reason="in use by a Slurm job outside jitgpu" if u in taken else None,
-            )
-            for u in uuids
-        ]
 
     # -- keep, warm, claim ----------------------------------------------------------------
 
