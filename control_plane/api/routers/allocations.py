@@ -7,14 +7,13 @@ from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
-    get_clock,
     get_db,
     idempotency_key,
     tenant,
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import created, model_json
+from control_plane.api.respond import created, written
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, AllocationCreate, AllocationRenew
 from control_plane.schemas.enums import AllocationStatus
@@ -69,32 +68,30 @@ def get_allocation(
 
 @router.delete("/{allocation_id}", response_model=Allocation)
 def release_allocation(
-    allocation_id: IdPath,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
-    who: Principal = Depends(tenant_or_admin),
+    allocation_id: IdPath, request: Request, who: Principal = Depends(tenant_or_admin)
 ) -> Response:
-    with db.write(placement=True) as session:
-        result = allocations.release(
-            session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=clock()
-        )
-    return model_json(result)
+    return written(
+        request,
+        lambda session, now: allocations.release(
+            session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=now
+        ),
+    )
 
 
 @router.post("/{allocation_id}/renew", response_model=Allocation)
 def renew_allocation(
     allocation_id: IdPath,
     body: AllocationRenew,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
+    request: Request,
     who: Principal = Depends(tenant),
-) -> Allocation:
+) -> Response:
     # Only the owning tenant extends its own lease (another tenant gets 404); an admin who
     # wants GPUs back releases instead. The placement lock orders it with the lease expiry.
     tenant_id = who.tenant_id
     assert tenant_id is not None
-    with db.write(placement=True) as session:
-        result = allocations.renew(
-            session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=clock()
-        )
-    return result
+    return written(
+        request,
+        lambda session, now: allocations.renew(
+            session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=now
+        ),
+    )

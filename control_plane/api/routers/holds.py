@@ -7,14 +7,13 @@ from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
-    get_clock,
     get_db,
     idempotency_key,
     tenant,
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import created
+from control_plane.api.respond import created, written
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold, HoldClaim, HoldCreate
 from control_plane.schemas.enums import HoldStatus
@@ -65,14 +64,14 @@ def get_hold(
 
 @router.delete("/{hold_id}", response_model=Hold)
 def cancel_hold(
-    hold_id: IdPath,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
-    who: Principal = Depends(tenant_or_admin),
-) -> Hold:
-    with db.write(placement=True) as session:
-        result = holds.cancel(session, tenant_id=who.tenant_id, hold_id=hold_id, now=clock())
-    return result
+    hold_id: IdPath, request: Request, who: Principal = Depends(tenant_or_admin)
+) -> Response:
+    return written(
+        request,
+        lambda session, now: holds.cancel(
+            session, tenant_id=who.tenant_id, hold_id=hold_id, now=now
+        ),
+    )
 
 
 @router.post(
