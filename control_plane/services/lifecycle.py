@@ -116,11 +116,11 @@ def end_allocation(
     move(session, alloc, "allocation", status.value, now=now, reason=reason)
     freed = end_assignments(session, now=now, allocation_id=alloc.id)
     if alloc.allocated_at is not None:
-        _charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
+        charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
     return freed
 
 
-def _charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
+def charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
     """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
     if gpu_seconds <= 0:
         return

@@ -25,6 +25,16 @@ GPU = GpuRow.__table__
 
 INSERT_EVENT = insert(EVENT)
 INSERT_ASSIGNMENT = insert(ASSIGNMENT)
+INSERT_ALLOCATION = insert(ALLOCATION)
+
+# The hot allocate and release read and end an allocation without loading an ORM object.
+ALLOCATION_BY_ID = select(ALLOCATION).where(ALLOCATION.c.id == bindparam("id"))
+END_ALLOCATION = (
+    update(ALLOCATION)
+    .where(ALLOCATION.c.id == bindparam("alloc"))
+    .values(status=bindparam("to"), released_at=bindparam("at"), reason=bindparam("why"))
+)
+TENANT_BY_ID = select(TENANT).where(TENANT.c.id == bindparam("id"))
 
 END_ALLOCATION_ASSIGNMENTS = (
     update(ASSIGNMENT)
