@@ -11,7 +11,6 @@ import json
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from sqlalchemy import Row
 from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow
@@ -27,12 +26,12 @@ ALLOCATED = AllocationStatus.ALLOCATED.value
 RELEASED = AllocationStatus.RELEASED.value
 
 
-def tenant_or_404(session: Session, tenant_id: str) -> Row:
+def tenant_or_404(session: Session, tenant_id: str) -> SimpleNamespace:
     """The tenant's row, read only (quota, weights): what admission needs."""
-    row = session.connection().execute(sql.TENANT_BY_ID, {"id": tenant_id}).first()
+    row = sql.row(session, sql.TENANT_BY_ID, {"id": tenant_id})
     if row is None:
         raise NotFound(f"tenant {tenant_id} not found")
-    return row
+    return SimpleNamespace(**row)
 
 
 def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:
@@ -76,7 +75,7 @@ def insert_placed(
     alloc.ready_at = None if alloc.warmup else now
     alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
     # The row before its assignments, which name it.
-    session.connection().execute(sql.INSERT_ALLOCATION, vars(alloc))
+    sql.run(session, sql.INSERT_ALLOCATION, vars(alloc))
     lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
     granting.record_new(session, alloc, now=now, reason="placed at once")  # type: ignore[arg-type]
     return [uuid for uuid, _ in gpus]
@@ -88,21 +87,22 @@ def release_allocated(
     """Release an allocated allocation; None when it is in another state (the caller's ORM
     path answers those). 404 for another tenant's or an unknown one."""
     session.flush()  # the Core read below must see this transaction's ORM changes
-    row = session.connection().execute(sql.ALLOCATION_BY_ID, {"id": allocation_id}).first()
-    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+    row = sql.row(session, sql.ALLOCATION_BY_ID, {"id": allocation_id})
+    if row is None or (tenant_id is not None and row["tenant_id"] != tenant_id):
         raise NotFound(f"allocation {allocation_id} not found")
-    if row.status != ALLOCATED:
+    if row["status"] != ALLOCATED:
         return None
     check_transition("allocation", ALLOCATED, RELEASED)
     # An ORM copy loaded earlier in this transaction would not see these statements.
     loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
     if loaded is not None:
         session.expire(loaded)
-    alloc = SimpleNamespace(**row._mapping)
+    alloc = SimpleNamespace(**row)
     alloc.status, alloc.released_at, alloc.reason = RELEASED, now, "released by client"
-    conn = session.connection()
-    conn.execute(
-        sql.END_ALLOCATION, {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason}
+    sql.run(
+        session,
+        sql.END_ALLOCATION,
+        {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason},
     )
     events.record(
         session,

@@ -119,7 +119,7 @@ def load_cluster(session: Session) -> Cluster:
         return cluster
     if not session.info.get("serialised"):
         raise RuntimeError("placement needs a write transaction with placement=True")
-    epoch = session.connection().execute(sql.READ_EPOCH).scalar_one()
+    epoch = sql.run(session, sql.READ_EPOCH).fetchone()[0]
     cached = _cache(session)
     if cached.epoch != epoch or cached.cluster is None:
         cached.epoch, cached.cluster = None, _build(session)
@@ -161,7 +161,7 @@ def _bump_epoch(session: Session) -> None:
     if session.in_nested_transaction():
         return
     if session.info.get("changed"):
-        new = session.connection().execute(sql.BUMP_EPOCH).scalar_one()
+        new = sql.run(session, sql.BUMP_EPOCH).fetchone()[0]
         session.info["new_epoch"] = new
 
 
