@@ -115,6 +115,9 @@ NODE_ASSIGNMENTS = (
 )
 
 
+_DBAPI = "dbapi_connection"
+COMMAND_SAVEPOINT = "jitgpu_command"
+
 # (statement, dialect, insert columns) -> (SQL text, literal parameters, positional names)
 _Compiled = tuple[str, dict[str, Any], Sequence[str] | None]
 _COMPILED: dict[tuple[Executable, str, tuple[str, ...] | None], _Compiled] = {}
@@ -142,8 +145,7 @@ def run(
     session's connection, in its transaction; the cursor, to fetch from. A list of parameter
     sets runs as one executemany. Database errors come out as SQLAlchemy's exceptions (an
     IntegrityError from the unique index, an OperationalError from a lost server)."""
-    conn = session.connection()
-    dialect = conn.dialect
+    dialect, dbapi_connection = _dbapi(session)
     many = isinstance(params, list)
     first: Mapping[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
     keys = tuple(first) if isinstance(statement, Insert) else None
@@ -153,7 +155,7 @@ def run(
         merged = {**literals, **values} if literals else values
         return tuple(merged[n] for n in positions) if positions is not None else merged
 
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor = dbapi_connection.cursor()
     try:
         if many:
             cursor.executemany(text, [bound(p) for p in params])  # type: ignore[union-attr]
@@ -164,6 +166,35 @@ def run(
             text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
         ) from exc
     return cursor
+
+
+def _dbapi(session: Session) -> tuple[Dialect, Any]:
+    """The dialect and DB-API connection of the session's transaction, found once per
+    transaction (asking the session each time costs more than a SQLite statement)."""
+    root = session.get_transaction()
+    found = session.info.get(_DBAPI)
+    if found is not None and found[0] is root:
+        return found[1], found[2]
+    conn = session.connection()
+    dbapi_connection = conn.connection.dbapi_connection
+    session.info[_DBAPI] = (session.get_transaction(), conn.dialect, dbapi_connection)
+    return conn.dialect, dbapi_connection
+
+
+def savepoint(session: Session, verb: str) -> None:
+    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, straight
+    on the connection; the caller keeps the ORM session in step (see the writer)."""
+    dialect, dbapi_connection = _dbapi(session)
+    cursor = dbapi_connection.cursor()
+    text = f"{verb} {COMMAND_SAVEPOINT}"
+    try:
+        cursor.execute(text)
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            text, {}, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
+    finally:
+        cursor.close()
 
 
 def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:

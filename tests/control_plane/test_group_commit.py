@@ -7,6 +7,7 @@ import json
 
 import pytest
 from sqlalchemy import event, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from control_plane.db.engine import Database
@@ -124,3 +125,36 @@ def test_requests_through_the_writer_share_commits(api: Api) -> None:
     gone = api.http.delete(f"/v1/allocations/{r.json()['id']}", headers=headers)
     assert gone.status_code == 200 and gone.json()["status"] == "released"
     assert _writer(api).commands == before + 2
+
+
+def test_a_command_whose_flush_fails_fails_alone(api: Api, db: Database) -> None:
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+
+    def orphan(session: Session, now: float):  # type: ignore[no-untyped-def]
+        # A row naming no tenant: the foreign key refuses it when the ORM flushes it.
+        session.add(
+            AllocationRow(
+                id="alloc_orphan",
+                tenant_id="no-such-tenant",
+                status="pending",
+                gpu_count=1,
+                requested_at=now,
+                strategy="pack",
+                job_class="batch",
+            )
+        )
+        session.flush()
+        raise AssertionError("the flush above must fail")
+
+    batch = [
+        Command(use_case=_allocate(tenant_id)),
+        Command(use_case=orphan),
+        Command(use_case=_allocate(tenant_id)),
+    ]
+    _writer(api).apply_batch(batch)
+    assert batch[0].answer.result()[0] == 201
+    with pytest.raises(IntegrityError):
+        batch[1].answer.result()
+    assert batch[2].answer.result()[0] == 201
+    assert _counts(db) == (2, 2)
