@@ -13,7 +13,7 @@ from control_plane.services import idempotency
 from control_plane.services.auth import Principal
 
 
-def created(
+async def created(
     request: Request,
     *,
     who: Principal,
@@ -21,7 +21,7 @@ def created(
     body: BaseModel,
     use_case: Callable[[Session, float], tuple[int, BaseModel]],
 ) -> Response:
-    status, text = request.app.state.writer.run(
+    status, text = await request.app.state.writer.call(
         owner=who.idempotency_owner,
         key=key,
         fingerprint=lambda: idempotency.request_hash(request.method, request.url.path, body),
@@ -30,10 +30,10 @@ def created(
     return json_text(text, status)
 
 
-def written(request: Request, use_case: Callable[[Session, float], BaseModel]) -> Response:
+async def written(request: Request, use_case: Callable[[Session, float], BaseModel]) -> Response:
     """Run a write use case that takes no Idempotency-Key through the group-commit writer;
     answer 200 with its model once committed."""
-    status, text = request.app.state.writer.run(
+    status, text = await request.app.state.writer.call(
         use_case=lambda session, now: (200, use_case(session, now))
     )
     return json_text(text, status)

@@ -10,6 +10,7 @@ in the command's savepoint, with its effect.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -75,12 +76,37 @@ class GroupWriter:
     ) -> tuple[int, str]:
         """Queue the command and wait for its answer: (status, JSON text) once committed, or
         the exception the use case raised (its savepoint undone)."""
+        return self.submit(
+            use_case=use_case, owner=owner, key=key, fingerprint=fingerprint
+        ).result()
+
+    async def call(
+        self,
+        *,
+        use_case: UseCase,
+        owner: str = "",
+        key: str | None = None,
+        fingerprint: Callable[[], str] = str,
+    ) -> tuple[int, str]:
+        """`run` for a coroutine: the event loop serves other requests while this one waits."""
+        future = self.submit(use_case=use_case, owner=owner, key=key, fingerprint=fingerprint)
+        return await asyncio.wrap_future(future)
+
+    def submit(
+        self,
+        *,
+        use_case: UseCase,
+        owner: str = "",
+        key: str | None = None,
+        fingerprint: Callable[[], str] = str,
+    ) -> Future[tuple[int, str]]:
+        """Queue the command; the future of its answer."""
         idempotency.check_key(key)
         digest = fingerprint() if key is not None else ""
         command = Command(use_case=use_case, owner=owner, key=key, digest=digest)
         self._ensure_started()
         self._queue.put(command)
-        return command.answer.result()
+        return command.answer
 
     def _ensure_started(self) -> None:
         if self._thread is not None:

@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/allocations", tags=["allocations"], responses=ERR
     response_model=Allocation,
     responses={202: {"model": Allocation, "description": "Queued: no GPUs free yet"}},
 )
-def create_allocation(
+async def create_allocation(
     body: AllocationCreate,
     request: Request,
     who: Principal = Depends(tenant),
@@ -38,7 +38,7 @@ def create_allocation(
     tenant_id = who.tenant_id
     assert tenant_id is not None
     max_queued = request.app.state.settings.max_queued_per_tenant
-    return created(
+    return await created(
         request,
         who=who,
         key=key,
@@ -67,10 +67,10 @@ def get_allocation(
 
 
 @router.delete("/{allocation_id}", response_model=Allocation)
-def release_allocation(
+async def release_allocation(
     allocation_id: IdPath, request: Request, who: Principal = Depends(tenant_or_admin)
 ) -> Response:
-    return written(
+    return await written(
         request,
         lambda session, now: allocations.release(
             session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=now
@@ -79,7 +79,7 @@ def release_allocation(
 
 
 @router.post("/{allocation_id}/renew", response_model=Allocation)
-def renew_allocation(
+async def renew_allocation(
     allocation_id: IdPath,
     body: AllocationRenew,
     request: Request,
@@ -89,7 +89,7 @@ def renew_allocation(
     # wants GPUs back releases instead. The placement lock orders it with the lease expiry.
     tenant_id = who.tenant_id
     assert tenant_id is not None
-    return written(
+    return await written(
         request,
         lambda session, now: allocations.renew(
             session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=now
