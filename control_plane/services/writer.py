@@ -66,20 +66,6 @@ class GroupWriter:
         self.batches = 0  # committed batches, for tests and the benchmark's notes
         self.commands = 0
 
-    def run(
-        self,
-        *,
-        use_case: UseCase,
-        owner: str = "",
-        key: str | None = None,
-        fingerprint: Callable[[], str] = str,
-    ) -> tuple[int, str]:
-        """Queue the command and wait for its answer: (status, JSON text) once committed, or
-        the exception the use case raised (its savepoint undone)."""
-        return self.submit(
-            use_case=use_case, owner=owner, key=key, fingerprint=fingerprint
-        ).result()
-
     async def call(
         self,
         *,
@@ -88,7 +74,9 @@ class GroupWriter:
         key: str | None = None,
         fingerprint: Callable[[], str] = str,
     ) -> tuple[int, str]:
-        """`run` for a coroutine: the event loop serves other requests while this one waits."""
+        """Queue the command and await its answer: (status, JSON text) once committed, or the
+        exception the use case raised (its savepoint undone). The event loop serves other
+        requests meanwhile."""
         future = self.submit(use_case=use_case, owner=owner, key=key, fingerprint=fingerprint)
         return await asyncio.wrap_future(future)
 
