@@ -20,6 +20,7 @@ from control_plane.config import ServerSettings
 from control_plane.db import migrate
 from control_plane.db.engine import Database
 from control_plane.services.heartbeats import Flusher, HeartbeatBuffer
+from control_plane.services.writer import GroupWriter
 
 
 def create_app(
@@ -74,6 +75,7 @@ def create_app(
                 flusher.stop()
             if runner is not None:
                 runner.stop()
+            app.state.writer.stop()
             if db is None:
                 database.dispose()
 
@@ -88,6 +90,8 @@ def create_app(
     app.state.settings = settings
     app.state.db = database
     app.state.clock = clock
+    # The hot write commands (allocate, release, renew, holds, claims) share commits here.
+    app.state.writer = GroupWriter(database, clock)
     app.state.key_cache = KeyCache(ttl_s=key_cache_ttl_s)
     app.state.jobs = None
     app.state.node_work = NodeWorkBoard()

@@ -1,4 +1,4 @@
-"""Run a creating use case (idempotently when a key is given) and answer with its status."""
+"""Run write use cases through the group-commit writer (idempotently when a key is given)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from control_plane.services import idempotency
 from control_plane.services.auth import Principal
 
 
-def created(
+async def created(
     request: Request,
     *,
     who: Principal,
@@ -21,13 +21,20 @@ def created(
     body: BaseModel,
     use_case: Callable[[Session, float], tuple[int, BaseModel]],
 ) -> Response:
-    status, text = idempotency.run(
-        request.app.state.db,
+    status, text = await request.app.state.writer.call(
         owner=who.idempotency_owner,
         key=key,
         fingerprint=lambda: idempotency.request_hash(request.method, request.url.path, body),
-        clock=request.app.state.clock,
         use_case=use_case,
+    )
+    return json_text(text, status)
+
+
+async def written(request: Request, use_case: Callable[[Session, float], BaseModel]) -> Response:
+    """Run a write use case that takes no Idempotency-Key through the group-commit writer;
+    answer 200 with its model once committed."""
+    status, text = await request.app.state.writer.call(
+        use_case=lambda session, now: (200, use_case(session, now))
     )
     return json_text(text, status)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow
@@ -14,10 +12,17 @@ from control_plane.schemas.allocations import (
     HoldClaim,
 )
 from control_plane.schemas.enums import ACTIVE_ALLOCATION_STATUSES, AllocationStatus
-from control_plane.services import claims, events, feasible, granting, lifecycle, placing
+from control_plane.services import (
+    claims,
+    events,
+    feasible,
+    granting,
+    hotpath,
+    lifecycle,
+    placing,
+)
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Conflict, Invalid, NotFound, QueueFull
-from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
 ACTIVE_ALLOCATIONS = [s.value for s in ACTIVE_ALLOCATION_STATUSES]
@@ -51,7 +56,6 @@ def create(
 ) -> tuple[int, Allocation]:
     """Place now (201) or queue (202); refuse (429) only a request that could never run or one
     past the tenant's `max_queued` waiting requests. Runs inside the caller's transaction."""
-    tenant = ensure_tenant(session, tenant_id)
     if body.hold_id is not None:
         # Naming a hold claims as many of its GPUs as asked for (422 if more than it has).
         claim = _claim_of(body, gpu_count=body.gpu_count)
@@ -63,10 +67,13 @@ def create(
     if body.use_holds:
         # Automatic matching takes only a hold of exactly this shape: a bigger one may be
         # meant for a bigger job of the tenant's.
+        tenant = ensure_tenant(session, tenant_id)
         match = claims.matching_hold(session, tenant_id=tenant_id, body=body, now=now)
         if match is not None:
             claim = _claim_of(body)
             return answer(claims.claim(session, tenant, match, claim, now=now))
+    # Admission reads the tenant's quota only: no ORM object on the common path.
+    quota = hotpath.tenant_or_404(session, tenant_id)
     waiting = granting.queued(session, tenant_id)
     if waiting >= max_queued:
         raise QueueFull(
@@ -74,34 +81,22 @@ def create(
             "release or cancel some, or wait for them to run",
             field="gpu_count",
         )
-    wait = granting.admit(session, tenant, body, queue_over_quota=True)
-    alloc = AllocationRow(
-        id=new_id("alloc"),
-        tenant_id=tenant_id,
-        status=AllocationStatus.PENDING.value,
-        gpu_count=body.gpu_count,
-        gpu_model=body.gpu_model,
-        requested_at=now,
-        lease_s=body.lease_s,
-        strategy=body.strategy.value,
-        job_class=body.job_class.value,
-        label=body.label,
-        warmup=body.warmup,
-        command_json=json.dumps(body.command) if body.command else None,
-    )
+    wait = granting.admit(session, quota, body, queue_over_quota=True)  # type: ignore[arg-type]
+    values = hotpath.new_allocation(tenant_id, body, now)
     if wait is not None:
         feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
-        return _queue(session, alloc, now=now, reason=f"queued: {wait}")
+        return _queue(session, AllocationRow(**vars(values)), now=now, reason=f"queued: {wait}")
     if waiting:
         feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)
         # Behind the tenant's own waiting requests, never ahead of them: the queue's order
         # decides, and serves this one at once if it reaches it.
+        alloc = AllocationRow(**vars(values))
         _queue(session, alloc, now=now, reason="queued behind the tenant's waiting requests")
         session.flush()
         granting.schedule_pending(session, now=now)
         return answer(allocation_view(session, alloc))
     cluster = placing.load_cluster(session)
-    choice = granting.choose(session, cluster, alloc)
+    choice = granting.choose(session, cluster, values)  # type: ignore[arg-type]
     if choice is None:
         # Checked only here, off the path of a request placed at once: a request that can
         # never fit is refused rather than queued for ever.
@@ -109,9 +104,14 @@ def create(
         reason = feasible.waiting_reason(
             session, gpu_count=body.gpu_count, gpu_model=body.gpu_model
         )
-        return _queue(session, alloc, now=now, reason=reason)
-    gpus = granting.apply(session, alloc, choice, now=now, queued=False)
-    return 201, allocation_view(session, alloc, gpus=cluster.describe(gpus))
+        return _queue(session, AllocationRow(**vars(values)), now=now, reason=reason)
+    gpus, preempted = choice
+    if preempted:
+        alloc = AllocationRow(**vars(values))
+        uuids = granting.apply(session, alloc, choice, now=now, queued=False)
+        return 201, allocation_view(session, alloc, gpus=cluster.describe(uuids))
+    uuids = hotpath.insert_placed(session, values, gpus, now=now)
+    return 201, allocation_view(session, values, gpus=cluster.describe(uuids))  # type: ignore[arg-type]
 
 
 def _claim_of(body: AllocationCreate, *, gpu_count: int | None = None) -> HoldClaim:
@@ -141,13 +141,13 @@ def release(
     session: Session, *, tenant_id: str | None, allocation_id: str, now: float
 ) -> Allocation:
     """Release (idempotent: releasing twice answers the same and frees nothing twice)."""
+    # An allocated one (the common case) is released in Core statements.
+    released = hotpath.release_allocated(
+        session, tenant_id=tenant_id, allocation_id=allocation_id, now=now
+    )
+    if released is not None:
+        return released
     alloc = tenant_allocation_or_404(session, tenant_id=tenant_id, allocation_id=allocation_id)
-    if alloc.status == AllocationStatus.ALLOCATED.value:
-        freed = lifecycle.end_allocation(
-            session, alloc, AllocationStatus.RELEASED, now=now, reason="released by client"
-        )
-        granting.schedule_pending(session, now=now)
-        return allocation_view(session, alloc, gpus=placing.load_cluster(session).describe(freed))
     if alloc.status == AllocationStatus.PENDING.value:
         lifecycle.end_allocation(
             session, alloc, AllocationStatus.CANCELLED, now=now, reason="cancelled while pending"

@@ -28,7 +28,8 @@ def record(
     reason: str | None = None,
 ) -> None:
     # A Core insert: events are write-only here, and the ORM's unit of work costs more.
-    session.connection().execute(
+    sql.run(
+        session,
         sql.INSERT_EVENT,
         {
             "at": at,

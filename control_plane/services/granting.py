@@ -24,7 +24,7 @@ from control_plane.services.events import move, record
 
 def usage(session: Session, tenant_id: str) -> TenantUsage:
     """GPUs the tenant has allocated now: the quota limits what runs, not what waits."""
-    rows = session.connection().execute(sql.ALLOCATED_BY_CLASS, {"tenant": tenant_id}).all()
+    rows = sql.run(session, sql.ALLOCATED_BY_CLASS, {"tenant": tenant_id}).fetchall()
     by_class = {job_class: int(total or 0) for job_class, total in rows}
     return TenantUsage(
         online_gpus=by_class.get(JobClass.ONLINE.value, 0),
@@ -34,7 +34,7 @@ def usage(session: Session, tenant_id: str) -> TenantUsage:
 
 def queued(session: Session, tenant_id: str) -> int:
     """How many of the tenant's requests wait in the queue now."""
-    return int(session.connection().execute(sql.QUEUED_COUNT, {"tenant": tenant_id}).scalar_one())
+    return int(sql.run(session, sql.QUEUED_COUNT, {"tenant": tenant_id}).fetchone()[0])
 
 
 def quota_of(tenant: TenantRow) -> TenantQuota:
@@ -152,7 +152,7 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
     tenant, not the oldest requests overall, keeps a tenant with thousands queued from hiding
     a light tenant's request behind them.
     """
-    waiting = set(session.connection().execute(sql.QUEUED_BY_TENANT).scalars().all())
+    waiting = {tenant for (tenant,) in sql.run(session, sql.QUEUED_BY_TENANT).fetchall()}
     if not waiting:
         return 0
     tenants = session.exec(select(TenantRow)).all()

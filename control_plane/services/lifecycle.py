@@ -26,7 +26,8 @@ def assign(
 ) -> None:
     """Set GPUs aside; `gpus` is (uuid, node_id) pairs. The unique index refuses a double."""
     placing.load_cluster(session).take([uuid for uuid, _ in gpus])
-    session.connection().execute(
+    sql.run(
+        session,
         sql.INSERT_ASSIGNMENT,
         [
             {
@@ -49,11 +50,7 @@ def end_assignments(
     if (hold_id is None) == (allocation_id is None):
         raise ValueError("end_assignments needs exactly one of hold_id and allocation_id")
     statement = sql.END_HOLD_ASSIGNMENTS if hold_id is not None else sql.END_ALLOCATION_ASSIGNMENTS
-    freed = (
-        session.connection()
-        .execute(statement, {"owner": hold_id or allocation_id, "now": now})
-        .all()
-    )
+    freed = sql.run(session, statement, {"owner": hold_id or allocation_id, "now": now}).fetchall()
     return _freed(session, freed)
 
 
@@ -116,20 +113,19 @@ def end_allocation(
     move(session, alloc, "allocation", status.value, now=now, reason=reason)
     freed = end_assignments(session, now=now, allocation_id=alloc.id)
     if alloc.allocated_at is not None:
-        _charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
+        charge_usage(session, alloc.tenant_id, alloc.gpu_count * (now - alloc.allocated_at), now)
     return freed
 
 
-def _charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
+def charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: float) -> None:
     """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
     if gpu_seconds <= 0:
         return
-    conn = session.connection()
-    row = conn.execute(sql.READ_USAGE, {"tenant": tenant_id}).first()
+    row = sql.run(session, sql.READ_USAGE, {"tenant": tenant_id}).fetchone()
     if row is None:
         return
     usage = DecayedUsage(row[0], row[1]).charge(gpu_seconds, now)
-    conn.execute(sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
+    sql.run(session, sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
 
 
 def move_node(

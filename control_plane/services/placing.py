@@ -119,7 +119,7 @@ def load_cluster(session: Session) -> Cluster:
         return cluster
     if not session.info.get("serialised"):
         raise RuntimeError("placement needs a write transaction with placement=True")
-    epoch = session.connection().execute(sql.READ_EPOCH).scalar_one()
+    epoch = sql.run(session, sql.READ_EPOCH).fetchone()[0]
     cached = _cache(session)
     if cached.epoch != epoch or cached.cluster is None:
         cached.epoch, cached.cluster = None, _build(session)
@@ -144,17 +144,31 @@ def mark_changed(session: Session, *, inventory: bool = False) -> None:
         cached.epoch, cached.cluster = None, None
 
 
+def drop_view(session: Session) -> None:
+    """Forget this transaction's placement view (a rollback undid changes it had counted);
+    the next `load_cluster` rebuilds it from the rows."""
+    if session.info.pop("cluster", None) is not None:
+        cached = _cache(session)
+        cached.epoch, cached.cluster = None, None
+
+
+# The listeners below act on the outermost transaction only: a SAVEPOINT (one command of a
+# group commit) fires the same events when it is released or rolled back.
+
+
 @event.listens_for(Session, "before_commit")
 def _bump_epoch(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
     if session.info.get("changed"):
-        new = session.connection().execute(sql.BUMP_EPOCH).scalar_one()
+        new = sql.run(session, sql.BUMP_EPOCH).fetchone()[0]
         session.info["new_epoch"] = new
 
 
 @event.listens_for(Session, "after_commit")
 def _adopt_epoch(session: Session) -> None:
     info = session.info
-    if not info.get("changed"):
+    if session.in_nested_transaction() or not info.get("changed"):
         return
     cached = _cache(session)
     # Keep the view only if it was exact before and nobody else moved the epoch meanwhile.
@@ -171,10 +185,10 @@ def _adopt_epoch(session: Session) -> None:
 
 @event.listens_for(Session, "after_rollback")
 def _drop_view(session: Session) -> None:
-    if "cluster" in session.info:
-        cached = _cache(session)
-        cached.epoch, cached.cluster = None, None
-    session.info.clear()
+    drop_view(session)
+    # A savepoint's rollback keeps the transaction's notes (touched nodes, locks taken).
+    if not session.in_nested_transaction():
+        session.info.clear()
 
 
 def request_of(gpu_count: int, gpu_model: str | None, strategy: str) -> PlacementRequest:

@@ -1,9 +1,18 @@
 """Prebuilt Core statements for the hot paths: built once, so each use skips the statement
-construction and cache-key work that dominates a small transaction's Python time."""
+construction and cache-key work that dominates a small transaction's Python time. `run`
+goes further for the hottest: compiled once per database dialect, executed on the DB-API
+cursor of the session's connection (SQLAlchemy's own execution costs more than SQLite)."""
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, insert, select, update
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Executable, bindparam, func, insert, select, update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.dml import Insert
+from sqlmodel import Session
 
 from control_plane.db.models import (
     AllocationRow,
@@ -25,6 +34,16 @@ GPU = GpuRow.__table__
 
 INSERT_EVENT = insert(EVENT)
 INSERT_ASSIGNMENT = insert(ASSIGNMENT)
+INSERT_ALLOCATION = insert(ALLOCATION)
+
+# The hot allocate and release read and end an allocation without loading an ORM object.
+ALLOCATION_BY_ID = select(ALLOCATION).where(ALLOCATION.c.id == bindparam("id"))
+END_ALLOCATION = (
+    update(ALLOCATION)
+    .where(ALLOCATION.c.id == bindparam("alloc"))
+    .values(status=bindparam("to"), released_at=bindparam("at"), reason=bindparam("why"))
+)
+TENANT_BY_ID = select(TENANT).where(TENANT.c.id == bindparam("id"))
 
 END_ALLOCATION_ASSIGNMENTS = (
     update(ASSIGNMENT)
@@ -94,3 +113,94 @@ NODE_ASSIGNMENTS = (
     .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
     .order_by(ASSIGNMENT.c.id)
 )
+
+
+_DBAPI = "dbapi_connection"
+COMMAND_SAVEPOINT = "jitgpu_command"
+
+# (statement, dialect, insert columns) -> (SQL text, literal parameters, positional names)
+_Compiled = tuple[str, dict[str, Any], Sequence[str] | None]
+_COMPILED: dict[tuple[Executable, str, tuple[str, ...] | None], _Compiled] = {}
+
+
+def _compile(statement: Executable, dialect: Dialect, keys: tuple[str, ...] | None) -> _Compiled:
+    cache_key = (statement, dialect.name, keys)
+    found = _COMPILED.get(cache_key)
+    if found is None:
+        compiled = statement.compile(  # type: ignore[attr-defined]
+            dialect=dialect, column_keys=list(keys) if keys is not None else None
+        )
+        literals = {k: v for k, v in compiled.params.items() if v is not None}
+        found = (compiled.string, literals, compiled.positiontup if dialect.positional else None)
+        _COMPILED[cache_key] = found
+    return found
+
+
+def run(
+    session: Session,
+    statement: Executable,
+    params: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
+) -> Any:
+    """Execute a prebuilt statement (no expanding parameters) on the DB-API cursor of the
+    session's connection, in its transaction; the cursor, to fetch from. A list of parameter
+    sets runs as one executemany. Database errors come out as SQLAlchemy's exceptions (an
+    IntegrityError from the unique index, an OperationalError from a lost server)."""
+    dialect, dbapi_connection = _dbapi(session)
+    many = isinstance(params, list)
+    first: Mapping[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
+    keys = tuple(first) if isinstance(statement, Insert) else None
+    text, literals, positions = _compile(statement, dialect, keys)
+
+    def bound(values: Mapping[str, Any]) -> Any:
+        merged = {**literals, **values} if literals else values
+        return tuple(merged[n] for n in positions) if positions is not None else merged
+
+    cursor = dbapi_connection.cursor()
+    try:
+        if many:
+            cursor.executemany(text, [bound(p) for p in params])  # type: ignore[union-attr]
+        else:
+            cursor.execute(text, bound(first))
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
+    return cursor
+
+
+def _dbapi(session: Session) -> tuple[Dialect, Any]:
+    """The dialect and DB-API connection of the session's transaction, found once per
+    transaction (asking the session each time costs more than a SQLite statement)."""
+    root = session.get_transaction()
+    found = session.info.get(_DBAPI)
+    if found is not None and found[0] is root:
+        return found[1], found[2]
+    conn = session.connection()
+    dbapi_connection = conn.connection.dbapi_connection
+    session.info[_DBAPI] = (session.get_transaction(), conn.dialect, dbapi_connection)
+    return conn.dialect, dbapi_connection
+
+
+def savepoint(session: Session, verb: str) -> None:
+    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, straight
+    on the connection; the caller keeps the ORM session in step (see the writer)."""
+    dialect, dbapi_connection = _dbapi(session)
+    cursor = dbapi_connection.cursor()
+    text = f"{verb} {COMMAND_SAVEPOINT}"
+    try:
+        cursor.execute(text)
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            text, {}, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
+    finally:
+        cursor.close()
+
+
+def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:
+    """The first row of a query as a dict of its columns, or None."""
+    cursor = run(session, statement, params)
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    return dict(zip((d[0] for d in cursor.description), found, strict=True))

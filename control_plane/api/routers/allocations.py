@@ -7,14 +7,13 @@ from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
-    get_clock,
     get_db,
     idempotency_key,
     tenant,
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import created, model_json
+from control_plane.api.respond import created, written
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, AllocationCreate, AllocationRenew
 from control_plane.schemas.enums import AllocationStatus
@@ -30,7 +29,7 @@ router = APIRouter(prefix="/v1/allocations", tags=["allocations"], responses=ERR
     response_model=Allocation,
     responses={202: {"model": Allocation, "description": "Queued: no GPUs free yet"}},
 )
-def create_allocation(
+async def create_allocation(
     body: AllocationCreate,
     request: Request,
     who: Principal = Depends(tenant),
@@ -39,7 +38,7 @@ def create_allocation(
     tenant_id = who.tenant_id
     assert tenant_id is not None
     max_queued = request.app.state.settings.max_queued_per_tenant
-    return created(
+    return await created(
         request,
         who=who,
         key=key,
@@ -68,33 +67,31 @@ def get_allocation(
 
 
 @router.delete("/{allocation_id}", response_model=Allocation)
-def release_allocation(
-    allocation_id: IdPath,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
-    who: Principal = Depends(tenant_or_admin),
+async def release_allocation(
+    allocation_id: IdPath, request: Request, who: Principal = Depends(tenant_or_admin)
 ) -> Response:
-    with db.write(placement=True) as session:
-        result = allocations.release(
-            session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=clock()
-        )
-    return model_json(result)
+    return await written(
+        request,
+        lambda session, now: allocations.release(
+            session, tenant_id=who.tenant_id, allocation_id=allocation_id, now=now
+        ),
+    )
 
 
 @router.post("/{allocation_id}/renew", response_model=Allocation)
-def renew_allocation(
+async def renew_allocation(
     allocation_id: IdPath,
     body: AllocationRenew,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
+    request: Request,
     who: Principal = Depends(tenant),
-) -> Allocation:
+) -> Response:
     # Only the owning tenant extends its own lease (another tenant gets 404); an admin who
     # wants GPUs back releases instead. The placement lock orders it with the lease expiry.
     tenant_id = who.tenant_id
     assert tenant_id is not None
-    with db.write(placement=True) as session:
-        result = allocations.renew(
-            session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=clock()
-        )
-    return result
+    return await written(
+        request,
+        lambda session, now: allocations.renew(
+            session, tenant_id=tenant_id, allocation_id=allocation_id, body=body, now=now
+        ),
+    )

@@ -7,14 +7,13 @@ from fastapi.responses import Response
 
 from control_plane.api.deps import (
     IdPath,
-    get_clock,
     get_db,
     idempotency_key,
     tenant,
     tenant_or_admin,
 )
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import created
+from control_plane.api.respond import created, written
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold, HoldClaim, HoldCreate
 from control_plane.schemas.enums import HoldStatus
@@ -25,7 +24,7 @@ router = APIRouter(prefix="/v1/holds", tags=["holds"], responses=ERROR_RESPONSES
 
 
 @router.post("", status_code=201, response_model=Hold)
-def create_hold(
+async def create_hold(
     body: HoldCreate,
     request: Request,
     who: Principal = Depends(tenant),
@@ -34,7 +33,7 @@ def create_hold(
     tenant_id = who.tenant_id
     assert tenant_id is not None
     lead = request.app.state.settings.default_lead_s
-    return created(
+    return await created(
         request,
         who=who,
         key=key,
@@ -64,15 +63,15 @@ def get_hold(
 
 
 @router.delete("/{hold_id}", response_model=Hold)
-def cancel_hold(
-    hold_id: IdPath,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
-    who: Principal = Depends(tenant_or_admin),
-) -> Hold:
-    with db.write(placement=True) as session:
-        result = holds.cancel(session, tenant_id=who.tenant_id, hold_id=hold_id, now=clock())
-    return result
+async def cancel_hold(
+    hold_id: IdPath, request: Request, who: Principal = Depends(tenant_or_admin)
+) -> Response:
+    return await written(
+        request,
+        lambda session, now: holds.cancel(
+            session, tenant_id=who.tenant_id, hold_id=hold_id, now=now
+        ),
+    )
 
 
 @router.post(
@@ -81,7 +80,7 @@ def cancel_hold(
     response_model=Allocation,
     responses={202: {"model": Allocation, "description": "Queued: the hold was not placed yet"}},
 )
-def claim_hold(
+async def claim_hold(
     hold_id: IdPath,
     request: Request,
     body: HoldClaim | None = None,
@@ -91,7 +90,7 @@ def claim_hold(
     tenant_id = who.tenant_id
     assert tenant_id is not None
     claim = body or HoldClaim()
-    return created(
+    return await created(
         request,
         who=who,
         key=key,

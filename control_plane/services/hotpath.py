@@ -1,0 +1,123 @@
+"""The hottest commands' common cases in prebuilt Core statements: an allocation placed at once
+and the release of an allocated one build, load and flush no ORM object.
+
+Everything else (queueing, claims, preemption, cancelling a waiting request) stays on the ORM
+path in `allocations`; both write the same rows and events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from sqlmodel import Session
+
+from control_plane.db.models import AllocationRow
+from control_plane.scheduling.transitions import check_transition
+from control_plane.schemas.allocations import Allocation, AllocationCreate
+from control_plane.schemas.enums import AllocationStatus
+from control_plane.services import events, granting, lifecycle, placing, sql
+from control_plane.services.errors import NotFound
+from control_plane.services.ids import new_id
+from control_plane.services.views import allocation_view
+
+ALLOCATED = AllocationStatus.ALLOCATED.value
+RELEASED = AllocationStatus.RELEASED.value
+
+
+def tenant_or_404(session: Session, tenant_id: str) -> SimpleNamespace:
+    """The tenant's row, read only (quota, weights): what admission needs."""
+    row = sql.row(session, sql.TENANT_BY_ID, {"id": tenant_id})
+    if row is None:
+        raise NotFound(f"tenant {tenant_id} not found")
+    return SimpleNamespace(**row)
+
+
+def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:
+    """A new request's row as plain values (every column): an ORM row is made of it only
+    when it must wait or displace holds."""
+    return SimpleNamespace(
+        id=new_id("alloc"),
+        tenant_id=tenant_id,
+        status=AllocationStatus.PENDING.value,
+        gpu_count=body.gpu_count,
+        gpu_model=body.gpu_model,
+        hold_id=None,
+        warm=False,
+        requested_at=now,
+        allocated_at=None,
+        ready_at=None,
+        released_at=None,
+        expires_at=None,
+        lease_s=body.lease_s,
+        strategy=body.strategy.value,
+        job_class=body.job_class.value,
+        label=body.label,
+        warmup=body.warmup,
+        command_json=json.dumps(body.command) if body.command else None,
+        task_status=None,
+        exit_code=None,
+        output_tail=None,
+        reason=None,
+        preempted_json=None,
+    )
+
+
+def insert_placed(
+    session: Session, alloc: SimpleNamespace, gpus: Sequence[tuple[str, str]], *, now: float
+) -> list[str]:
+    """Write an allocation placed in the request that made it, on free GPUs: its row in its
+    final state, its assignments and its first event; the GPUs' uuids."""
+    alloc.status = ALLOCATED
+    alloc.allocated_at = now
+    # Usable once assigned, unless a warm-up must run first: then when the node says so.
+    alloc.ready_at = None if alloc.warmup else now
+    alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
+    # The row before its assignments, which name it.
+    sql.run(session, sql.INSERT_ALLOCATION, vars(alloc))
+    lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
+    granting.record_new(session, alloc, now=now, reason="placed at once")  # type: ignore[arg-type]
+    return [uuid for uuid, _ in gpus]
+
+
+def release_allocated(
+    session: Session, *, tenant_id: str | None, allocation_id: str, now: float
+) -> Allocation | None:
+    """Release an allocated allocation; None when it is in another state (the caller's ORM
+    path answers those). 404 for another tenant's or an unknown one."""
+    session.flush()  # the Core read below must see this transaction's ORM changes
+    row = sql.row(session, sql.ALLOCATION_BY_ID, {"id": allocation_id})
+    if row is None or (tenant_id is not None and row["tenant_id"] != tenant_id):
+        raise NotFound(f"allocation {allocation_id} not found")
+    if row["status"] != ALLOCATED:
+        return None
+    check_transition("allocation", ALLOCATED, RELEASED)
+    # An ORM copy loaded earlier in this transaction would not see these statements.
+    loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
+    if loaded is not None:
+        session.expire(loaded)
+    alloc = SimpleNamespace(**row)
+    alloc.status, alloc.released_at, alloc.reason = RELEASED, now, "released by client"
+    sql.run(
+        session,
+        sql.END_ALLOCATION,
+        {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason},
+    )
+    events.record(
+        session,
+        kind="allocation",
+        object_id=alloc.id,
+        tenant_id=alloc.tenant_id,
+        from_state=ALLOCATED,
+        to_state=RELEASED,
+        at=now,
+        reason=alloc.reason,
+    )
+    freed = lifecycle.end_assignments(session, now=now, allocation_id=alloc.id)
+    if alloc.allocated_at is not None:
+        gpu_s = alloc.gpu_count * (now - alloc.allocated_at)
+        lifecycle.charge_usage(session, alloc.tenant_id, gpu_s, now)
+    granting.schedule_pending(session, now=now)
+    gpus = placing.load_cluster(session).describe(freed)
+    return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]

@@ -1,0 +1,213 @@
+"""One writer with group commit: the hot write commands of many requests share one transaction.
+
+Requests build a `Command` and wait for its answer; one thread owns the writing. It takes
+every command waiting (up to `max_batch`), applies each in a SAVEPOINT of one transaction, so
+that a command that fails is undone alone, commits once, and answers the whole batch only
+after that commit. A batch whose commit fails is run again command by command, each in its
+own transaction, so one bad command cannot fail its neighbours. Idempotency rows are written
+in the command's savepoint, with its effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session
+
+from control_plane.db.engine import Database
+from control_plane.services import idempotency, placing, sql
+from control_plane.services.idempotency import UseCase
+
+log = logging.getLogger(__name__)
+
+# Enough to fill a commit under load; small enough that one batch's answers are not held long.
+MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Command:
+    """One request's write: its use case, its idempotency key, and the future it waits on."""
+
+    use_case: UseCase
+    owner: str = ""
+    key: str | None = None
+    digest: str = ""
+    answer: Future[tuple[int, str]] = field(default_factory=Future)
+
+
+class _Alone:
+    """A command to run again in its own transaction (a concurrent twin won its key)."""
+
+
+_ALONE = _Alone()
+_Result = tuple[int, str] | BaseException | _Alone
+_STOP = object()
+
+
+class GroupWriter:
+    """The single writer of one database's hot commands; a daemon thread started on first use."""
+
+    def __init__(
+        self, db: Database, clock: Callable[[], float], *, max_batch: int = MAX_BATCH
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.batches = 0  # committed batches, for tests and the benchmark's notes
+        self.commands = 0
+
+    async def call(
+        self,
+        *,
+        use_case: UseCase,
+        owner: str = "",
+        key: str | None = None,
+        fingerprint: Callable[[], str] = str,
+    ) -> tuple[int, str]:
+        """Queue the command and await its answer: (status, JSON text) once committed, or the
+        exception the use case raised (its savepoint undone). The event loop serves other
+        requests meanwhile."""
+        future = self.submit(use_case=use_case, owner=owner, key=key, fingerprint=fingerprint)
+        return await asyncio.wrap_future(future)
+
+    def submit(
+        self,
+        *,
+        use_case: UseCase,
+        owner: str = "",
+        key: str | None = None,
+        fingerprint: Callable[[], str] = str,
+    ) -> Future[tuple[int, str]]:
+        """Queue the command; the future of its answer."""
+        idempotency.check_key(key)
+        digest = fingerprint() if key is not None else ""
+        command = Command(use_case=use_case, owner=owner, key=key, digest=digest)
+        self._ensure_started()
+        self._queue.put(command)
+        return command.answer
+
+    def _ensure_started(self) -> None:
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="jitgpu-writer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish what is queued, then end the thread (a later command starts it again)."""
+        with self._start_lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            # Whatever arrived while the last batch committed joins this one.
+            while len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    self._queue.put(_STOP)  # seen again once this batch is answered
+                    break
+                batch.append(more)
+            commands = [c for c in batch if isinstance(c, Command)]
+            try:
+                self.apply_batch(commands)
+            except BaseException as exc:  # never leave a request waiting for ever
+                log.exception("writer batch failed")
+                for c in commands:
+                    if not c.answer.done():
+                        c.answer.set_exception(exc)
+
+    def apply_batch(self, commands: list[Command]) -> None:
+        """Apply, commit once, then answer; on a failed transaction, one by one."""
+        results: list[_Result] = []
+        try:
+            with self._db.write(placement=True) as session:
+                for command in commands:
+                    results.append(self._apply_one(session, command))
+        except Exception as exc:
+            if len(commands) == 1:
+                commands[0].answer.set_exception(exc)
+                return
+            log.warning("group commit of %d commands failed (%s); one by one", len(commands), exc)
+            for command in commands:
+                self._alone(command)
+            return
+        self.batches += 1
+        self.commands += len(commands)
+        # Answered only now, after the commit: an acknowledged command is durable.
+        for command, result in zip(commands, results, strict=True):
+            if isinstance(result, _Alone):
+                self._alone(command)
+            elif isinstance(result, BaseException):
+                command.answer.set_exception(result)
+            else:
+                command.answer.set_result(result)
+
+    def _apply_one(self, session: Session, command: Command) -> _Result:
+        """One command in its own SAVEPOINT: its answer, or the exception it raised with its
+        changes undone.
+
+        The savepoint is taken on the connection, not through the ORM's nested transaction,
+        whose bookkeeping cost more than the command's own statements. The ORM is kept in
+        step by hand: its changes are flushed before the savepoint and before its release,
+        and after a rollback to it every ORM object is dropped from the session (the next
+        command loads what it needs as the rows now are) along with the placement view.
+        """
+        session.flush()
+        sql.savepoint(session, "SAVEPOINT")
+        try:
+            result = idempotency.apply(
+                session,
+                owner=command.owner,
+                key=command.key,
+                digest=command.digest,
+                clock=self._clock,
+                use_case=command.use_case,
+            )
+            session.flush()
+        except Exception as exc:
+            sql.savepoint(session, "ROLLBACK TO SAVEPOINT")
+            sql.savepoint(session, "RELEASE SAVEPOINT")
+            session.expunge_all()
+            placing.drop_view(session)
+            # A concurrent twin (another replica) stored the key first: run it again alone,
+            # where it reads the twin's answer.
+            return _ALONE if isinstance(exc, IntegrityError) else exc
+        sql.savepoint(session, "RELEASE SAVEPOINT")
+        return result
+
+    def _alone(self, command: Command) -> None:
+        try:
+            command.answer.set_result(
+                idempotency.run_digested(
+                    self._db,
+                    owner=command.owner,
+                    key=command.key,
+                    digest=command.digest,
+                    clock=self._clock,
+                    use_case=command.use_case,
+                )
+            )
+        except Exception as exc:
+            command.answer.set_exception(exc)
