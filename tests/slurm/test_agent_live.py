@@ -167,8 +167,10 @@ def test_agent_follows_live_slurm_jobs_and_leaves_nothing_allocated(world: dict)
     with httpx.Client(base_url=world["server"].url, headers=headers, timeout=10) as http:
         time.sleep(1)  # the agent's first poll is its baseline: jobs come after it
         jobs = {
-            cluster.sbatch("--gres=gpu:1", "--wrap=sleep 6"): 1,
-            cluster.sbatch("--gres=gpu:2", "--wrap=sleep 9"): 2,
+            # Long enough to be seen running: slurmctld hands sacct its records a few
+            # seconds late, and the agent polls every 5 s.
+            cluster.sbatch("--gres=gpu:1", "--wrap=sleep 14"): 1,
+            cluster.sbatch("--gres=gpu:2", "--wrap=sleep 16"): 2,
             cluster.sbatch("--wrap=sleep 3"): 0,  # a CPU job: no GPU for it
         }
 
