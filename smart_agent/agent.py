@@ -19,10 +19,11 @@ from smart_agent.client import Client, JitgpuError
 from smart_agent.decide import Decision, HeldWindow, PolicyState, decide, wire_gpu_model
 from smart_agent.idle_steer import IdleSteer
 from smart_agent.job_cap import JobGpuCap
+from smart_agent.open_jobs import OpenJob, mark_listed, mark_seen, renew_due
 from smart_agent.outcomes import HoldKeeper, Notify, idle_minutes, idle_of
 from smart_agent.policy import Policy
 from smart_agent.predictor_set import PredictorSet
-from smart_agent.predlog import PredictionLog
+from smart_agent.predlog import PredictionLog, context_summary
 
 log = logging.getLogger("jitgpu.agent")
 
@@ -30,16 +31,6 @@ ARRIVALS = (EventKind.JOB_SUBMITTED, EventKind.JOB_STARTED)
 ARRIVAL_MAX_AGE_S = 120.0
 JOB_LEASE_S = 6 * 3600  # a job the agent never sees end gives its GPUs back after this
 CLAIM_ORDER = {"ready": 0, "warming": 1, "placed": 2, "requested": 3}
-
-
-@dataclass
-class OpenJob:
-    log_id: int
-    allocation_id: str | None
-    gpus: int | None = None  # None: no GPU evidence yet (a later event of the job may say)
-    source: str | None = None  # for a job without an id: the log that tells of it
-    seen_at: float = 0.0  # the last sign of life (an event of the job, a poll listing it)
-    leased_at: float = 0.0  # when its allocation's lease was last set (made or renewed)
 
 
 @dataclass
@@ -100,7 +91,7 @@ class Agent:
             self._last_cue = event.cue
         if event.user != self.user:
             return
-        self._sign_of_life(event)
+        mark_seen(self._open_jobs, event, self.clock())
         # The cap a job is held to comes from the jobs seen before it, not from itself.
         cap = self.job_gpu_cap()
         if event.kind in (*ARRIVALS, EventKind.JOB_FINISHED):
@@ -248,49 +239,16 @@ class Agent:
         except JitgpuError as exc:
             log.warning("release of %s failed: %s", job.allocation_id, exc)
 
-    # --- leases ----------------------------------------------------------------------
-    def _sign_of_life(self, event: Event) -> None:
-        """An event of an open job (by id; for a job without one, by its source, a log
-        file that is still being written) says the job is still there."""
-        if event.kind == EventKind.JOB_FINISHED:
-            return
-        now = self.clock()
-        for key, job in self._open_jobs.items():
-            by_source = event.job_id is None and job.source is not None
-            if key == event.job_id or (by_source and job.source == event.source):
-                job.seen_at = now
-
+    # --- leases (smart_agent/open_jobs.py) -----------------------------------------------
     def seen_alive(self, job_ids: Iterable[str]) -> None:
         """A source that lists running jobs (the Slurm poll) still lists these."""
-        now = self.clock()
-        for job_id in job_ids:
-            job = self._open_jobs.get(job_id)
-            if job is not None:
-                job.seen_at = now
+        mark_listed(self._open_jobs, job_ids, self.clock())
 
     def renew_leases(self) -> int:
-        """Renew the lease of each open job's allocation once half of it has run, if the job
-        was seen alive since it was last set; a job gone silent keeps its lease, which ends
-        by itself. Returns how many were renewed."""
+        """Renew the leases due (see open_jobs.renew_due); how many were renewed."""
         if self.lease_s is None:
             return 0
-        now = self.clock()
-        renewed = 0
-        for key, job in self._open_jobs.items():
-            if job.allocation_id is None or job.seen_at <= job.leased_at:
-                continue
-            if now - job.leased_at < self.lease_s / 2:
-                continue
-            try:
-                self.client.renew(job.allocation_id, lease_s=self.lease_s)
-            except JitgpuError as exc:
-                log.warning("job %s: lease of %s not renewed: %s", key, job.allocation_id, exc)
-                if exc.status in (404, 409):
-                    job.allocation_id = None  # ended (expired, released): nothing to renew
-                continue
-            job.leased_at = now
-            renewed += 1
-        return renewed
+        return renew_due(self._open_jobs, self.client, lease_s=self.lease_s, now=self.clock())
 
     # --- cycles ----------------------------------------------------------------------
     def cycle(self, *, trigger: str, cue: str | None = None) -> CycleReport:
@@ -303,7 +261,7 @@ class Agent:
         self._steer(now)
         report.forecasts = self.predictors.predict(context, now)
         cycle_id = self.log.cycle(
-            at=now, user=self.user, trigger=trigger, cue=cue, context=_context_summary(context)
+            at=now, user=self.user, trigger=trigger, cue=cue, context=context_summary(context)
         )
         for member, forecasts in self.predictors.shadow().items():
             for f in forecasts:
@@ -452,17 +410,3 @@ def _pending_cue(context: Context) -> str | None:
     one no job has followed yet, so its cooldown holds whatever runs the cycle."""
     pending = context.history.cue_pending
     return max(pending, key=lambda name: pending[name]) if pending else None
-
-
-def _context_summary(context: object) -> dict:
-    """What the predictors saw, as features and redacted excerpts (kept for review)."""
-    history = getattr(context, "history", None)
-    events = getattr(context, "events", ()) or ()
-    return {
-        "user": getattr(context, "user", None),
-        "jobs": getattr(history, "n_jobs", None),
-        "recent": [
-            {"kind": str(e.kind), "at": e.at, "gpus": e.gpus, "cue": e.cue, "excerpt": e.excerpt}
-            for e in list(events)[-10:]
-        ],
-    }

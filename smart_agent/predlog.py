@@ -322,3 +322,17 @@ class PredictionLog:
             "SELECT COALESCE(SUM(usd), 0) AS usd FROM llm_calls WHERE at >= ?", (since,)
         )
         return float(rows[0]["usd"])
+
+
+def context_summary(context: object) -> dict:
+    """What the predictors saw, as features and redacted excerpts (kept for review)."""
+    history = getattr(context, "history", None)
+    events = getattr(context, "events", ()) or ()
+    return {
+        "user": getattr(context, "user", None),
+        "jobs": getattr(history, "n_jobs", None),
+        "recent": [
+            {"kind": str(e.kind), "at": e.at, "gpus": e.gpus, "cue": e.cue, "excerpt": e.excerpt}
+            for e in list(events)[-10:]
+        ],
+    }
