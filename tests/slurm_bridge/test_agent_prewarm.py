@@ -258,7 +258,9 @@ def test_agent_forecast_powers_up_reserves_and_a_wrong_one_powers_down(world: di
     )
     assert ready["warmup_s"] >= BOOT_S
     assert f"ReservationName={name} " in _reservations(cluster)
-    assert cluster.node_state(CLOUD) == "IDLE+CLOUD+RESERVED"
+    # slurmctld flags the node RESERVED at its next look at reservations, not at creation.
+    wait_for(lambda: cluster.node_state(CLOUD) == "IDLE+CLOUD+RESERVED", timeout=10,
+             what="cloud1 flagged reserved")  # fmt: skip
     assert "powering up cloud1" in world["bridge"].output()
 
     # The researcher's next job of the sweep, on cadence: a plain sbatch naming nothing.

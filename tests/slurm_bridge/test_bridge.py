@@ -48,7 +48,10 @@ def test_hold_powers_up_reserves_and_a_plain_sbatch_claims_it(world: World) -> N
     assert ready["warmup_s"] >= world.slurm.layout.boot_delay_s
     assert world.bridge.resume_latency_s >= world.slurm.layout.boot_delay_s
     assert name in world.reservations()
-    assert world.slurm.node_state(CLOUD) == "IDLE+CLOUD+RESERVED"
+    # slurmctld flags the node RESERVED at its next look at reservations, not at creation.
+    world.until(
+        lambda: world.slurm.node_state(CLOUD) == "IDLE+CLOUD+RESERVED" or None, "cloud1 reserved"
+    )
     # The researcher's unchanged sbatch: it names no reservation.
     job = world.slurm.sbatch("--gres=gpu:1", "--wrap=sleep 30")
     claimed = world.until(
