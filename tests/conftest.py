@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +70,23 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: 
     if server is None:
         pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
     name = server.create_database(template=server.template)  # type: ignore[attr-defined]
+    try:
+        yield server.url(name)
+    finally:
+        server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no tables yet: a server process migrates it at start, a migration test
+    builds an old schema in it."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    server: TempPostgres | None = request.getfixturevalue("pg_server")
+    if server is None:
+        pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
+    name = server.create_database()  # not the template, which is at head already
     try:
         yield server.url(name)
     finally:

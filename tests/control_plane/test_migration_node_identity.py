@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -15,7 +11,6 @@ from control_plane.db.engine import Database
 from control_plane.db.migrate import current_revision, head_revision, upgrade
 from control_plane.services.auth import hash_key
 from tests.conftest import ADMIN_TOKEN, FakeClock
-from tests.support.pg import TempPostgres
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 TENANT_KEY = "jgt_tenant-key-from-before-node-identity"
@@ -56,23 +51,8 @@ ROWS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    server: TempPostgres | None = request.getfixturevalue("pg_server")
-    if server is None:
-        pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
-    name = server.create_database()  # empty: not the template, which is at head already
-    try:
-        yield server.url(name)
-    finally:
-        server.drop_database(name)
-
-
-def test_upgrading_from_0003_keeps_nodes_keys_and_allocations(empty_url: str) -> None:
-    db = Database(empty_url)
+def test_upgrading_from_0003_keeps_nodes_keys_and_allocations(empty_db_url: str) -> None:
+    db = Database(empty_db_url)
     try:
         upgrade(db, "0003")
         with db.engine.begin() as conn:
@@ -88,7 +68,7 @@ def test_upgrading_from_0003_keeps_nodes_keys_and_allocations(empty_url: str) ->
         assert current_revision(db) == head_revision() != "0003"
         clock = FakeClock(T0 + 1)
         settings = ServerSettings(
-            database_url=empty_url, admin_token=ADMIN_TOKEN, run_jobs=False, heartbeat_flush_s=0
+            database_url=empty_db_url, admin_token=ADMIN_TOKEN, run_jobs=False, heartbeat_flush_s=0
         )
         with TestClient(create_app(settings, db=db, clock=clock, key_cache_ttl_s=0)) as http:
             _check_after_upgrade(http)

@@ -102,17 +102,8 @@ def _check_database(url: str, acked: list) -> None:
             assert len([r for r in rows if r.allocation_id == row.id]) == row.gpu_count
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_twenty_threads_never_double_assign(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'load.db'}"
-    else:
-        pg = request.getfixturevalue("pg_server")
-        if pg is None:
-            pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
-        url = pg.url(pg.create_database())
+def test_twenty_threads_never_double_assign(empty_db_url: str, tmp_path: Path) -> None:
+    url = empty_db_url
     server = ServerProc(tmp_path, database_url=url, admin_token=ADMIN_TOKEN).start()
     try:
         server.wait_ready()

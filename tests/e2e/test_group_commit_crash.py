@@ -43,17 +43,10 @@ def _keyed_load(
                 return  # the server is gone
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_killed_mid_batch_loses_no_acknowledged_request_and_applies_none_twice(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    empty_db_url: str, tmp_path: Path
 ) -> None:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'jitgpu.db'}"
-    else:
-        pg = request.getfixturevalue("pg_server")
-        if pg is None:
-            pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
-        url = pg.url(pg.create_database())
+    url = empty_db_url
     server = ServerProc(tmp_path, database_url=url, admin_token=ADMIN_TOKEN).start()
     server.wait_ready()
     headers = _tenant(server, gpus=32)

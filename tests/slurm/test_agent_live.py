@@ -22,7 +22,7 @@ import yaml
 from tests.conftest import ADMIN_TOKEN
 from tests.support.nodes import enrol_token
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
-from tests.support.slurm_cluster import SlurmCluster, start_or_skip
+from tests.support.slurm_cluster import SlurmCluster, start_agent_on, start_or_skip
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -91,27 +91,10 @@ def _start_agent(world: dict) -> Proc:
             }
         )
     )
-    cluster: SlurmCluster = world["slurm"]
-    agent = Proc(
-        [*JITGPU, "agent", "run", "--config", str(tmp / "agent.yaml")],
-        log=tmp / "agent.log",
-        env={**cluster.env, "JITGPU_TOKEN": world["key"]},
-    ).start()
-    world["procs"].append(agent)
-    wait_for(
-        lambda: "agent for" in agent.output() or not agent.alive(),
-        timeout=30,
-        what="the agent to start",
-    )
-    assert agent.alive(), agent.output()
-    # The command the Slurm source settled on: sacct with accounting, else squeue.
-    wait_for(
-        lambda: "slurm source: polling" in agent.output(),
-        timeout=15,
-        what=f"the first Slurm poll\n{agent.output()[-2000:]}",
-    )
-    assert f"slurm source: polling {world['mode']}" in agent.output()
-    return agent
+    return start_agent_on(
+        world["slurm"], tmp / "agent.yaml", key=world["key"], mode=world["mode"],
+        procs=world["procs"],
+    )  # fmt: skip
 
 
 def _allocations(http: httpx.Client) -> list[dict]:

@@ -37,7 +37,13 @@ import yaml
 
 from tests.conftest import ADMIN_TOKEN
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
-from tests.support.slurm_cluster import ALWAYS_ON, CLOUD, SlurmCluster, start_or_skip
+from tests.support.slurm_cluster import (
+    ALWAYS_ON,
+    CLOUD,
+    SlurmCluster,
+    start_agent_on,
+    start_or_skip,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -162,23 +168,10 @@ def _start_agent(world: dict) -> Proc:
             "slurm": {"poll": "on", "interval_s": 5},
         },
     )
-    cluster: SlurmCluster = world["slurm"]
-    agent = Proc(
-        [*JITGPU, "agent", "run", "--config", str(tmp / "agent.yaml")],
-        log=tmp / "agent.log",
-        env={**cluster.env, "JITGPU_TOKEN": world["key"]},
-    ).start()
-    world["procs"].append(agent)
-    wait_for(
-        lambda: "agent for" in agent.output() or not agent.alive(),
-        timeout=30,
-        what="the agent to start",
-    )
-    assert agent.alive(), agent.output()
-    wait_for(lambda: "slurm source: polling" in agent.output(), timeout=15,
-             what="the agent's first Slurm poll")  # fmt: skip
-    assert f"slurm source: polling {world['mode']}" in agent.output()
-    return agent
+    return start_agent_on(
+        world["slurm"], tmp / "agent.yaml", key=world["key"], mode=world["mode"],
+        procs=world["procs"],
+    )  # fmt: skip
 
 
 def _log(world: dict, sql: str) -> list[sqlite3.Row]:
