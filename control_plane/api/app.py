@@ -11,6 +11,7 @@ from functools import partial
 from fastapi import FastAPI
 
 from control_plane.api import docs, errors, observability
+from control_plane.api.hotroutes import HotRoutes
 from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
 from control_plane.api.nodework import NodeWorkBoard
@@ -103,6 +104,8 @@ def create_app(
         else None
     )
     errors.install(app)
+    # Innermost: the ordinary allocate and release skip the framework's routing (hotroutes.py).
+    app.add_middleware(HotRoutes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if app.state.rate_limiter is not None:
         app.add_middleware(AnonymousRateLimit, limiter=app.state.rate_limiter)

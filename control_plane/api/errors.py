@@ -75,11 +75,53 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(ServiceError)
-    async def _service(_request: Request, exc: ServiceError) -> JSONResponse:
+def response_for(exc: Exception) -> JSONResponse:
+    """The JSON answer for an exception a route raised: the one mapping both the framework's
+    handlers and the hot routes (api/hotroutes.py) use, so the two paths answer alike."""
+    if isinstance(exc, ServiceError):
         headers = getattr(exc, "headers", None)  # e.g. Retry-After of a rate limit
         return error_response(exc.status_code, exc.code, exc.message, exc.field, headers=headers)
+    if isinstance(exc, IllegalTransition):
+        return error_response(409, "illegal_transition", str(exc))
+    if isinstance(exc, (OperationalError, PoolTimeout)):
+        log.warning("database unavailable: %s", exc.__class__.__name__)
+        return error_response(
+            503, "database_unavailable", "the database is unavailable; retry shortly"
+        )
+    if isinstance(exc, DataError):
+        # The schemas bound every value, so this is a gap in them; still the client's input,
+        # never a server fault. The driver's text may quote the value: only its class is logged.
+        log.warning("database refused a value: %s", exc.orig.__class__.__name__)
+        return error_response(
+            422,
+            "invalid_request",
+            "a value in the request cannot be stored (out of range or an invalid character)",
+        )
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return error_response(
+            503, "database_unavailable", "the database connection was lost; retry shortly"
+        )
+    if isinstance(exc, DBAPIError):
+        log.exception("database error", exc_info=exc)
+    else:
+        log.exception("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see the server log")
+
+
+def install(app: FastAPI) -> None:
+    async def _mapped(_request: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc)
+
+    for kind in (
+        ServiceError,
+        IllegalTransition,
+        OperationalError,
+        PoolTimeout,
+        DataError,
+        DBAPIError,
+        Exception,
+    ):
+        app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -100,40 +142,3 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 405:
             headers["Allow"] = _allowed_methods(request)
         return error_response(exc.status_code, code, str(exc.detail), headers=headers)
-
-    @app.exception_handler(IllegalTransition)
-    async def _transition(_request: Request, exc: IllegalTransition) -> JSONResponse:
-        return error_response(409, "illegal_transition", str(exc))
-
-    @app.exception_handler(OperationalError)
-    @app.exception_handler(PoolTimeout)
-    async def _db_down(_request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable: %s", exc.__class__.__name__)
-        return error_response(
-            503, "database_unavailable", "the database is unavailable; retry shortly"
-        )
-
-    @app.exception_handler(DataError)
-    async def _db_data(_request: Request, exc: DataError) -> JSONResponse:
-        # The schemas bound every value, so this is a gap in them; still the client's input,
-        # never a server fault. The driver's text may quote the value: only its class is logged.
-        log.warning("database refused a value: %s", exc.orig.__class__.__name__)
-        return error_response(
-            422,
-            "invalid_request",
-            "a value in the request cannot be stored (out of range or an invalid character)",
-        )
-
-    @app.exception_handler(DBAPIError)
-    async def _db_error(_request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated:
-            return error_response(
-                503, "database_unavailable", "the database connection was lost; retry shortly"
-            )
-        log.exception("database error")
-        return error_response(500, "internal_error", "internal error; see the server log")
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, "internal_error", "internal error; see the server log")

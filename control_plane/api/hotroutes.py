@@ -1,0 +1,215 @@
+"""Allocate and release without the framework's per-request machinery, answering like it.
+
+`POST /v1/allocations` and `DELETE /v1/allocations/{id}` are most of what a busy control
+plane serves. FastAPI's routing, dependency solving, exception middleware and response
+classes cost more CPU per request than the write itself (measured in BENCHMARKS.md), so this
+middleware serves the ordinary case of these two routes directly: a cached key of the right
+scope, a JSON body that validates, no query string. Everything else (a key not yet cached, a
+body that fails validation, a duplicated header, an odd content type) is handed, with the
+body it read, to the FastAPI route, which answers it as it always did. Once a request is
+served here, it is served by the same service calls, the same writer and the same error
+mapping as the route; the route stays the documented (OpenAPI) and tested contract.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from control_plane.api.errors import response_for
+from control_plane.schemas.allocations import AllocationCreate
+from control_plane.schemas.common import ID_PATTERN
+from control_plane.schemas.enums import Scope as KeyScope
+from control_plane.services import allocations, auth, idempotency
+from control_plane.services.auth import Principal
+from control_plane.services.errors import Unauthenticated
+
+COLLECTION = "/v1/allocations"
+ONE = "/v1/allocations/{allocation_id}"
+_ITEM_PREFIX = COLLECTION + "/"
+_ID = re.compile(ID_PATTERN)
+# The headers this path reads; any of them twice, and the framework decides what it means.
+_READ = (b"authorization", b"content-type", b"idempotency-key")
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class _Decline(Exception):
+    """Not the ordinary case: the framework's route answers this request."""
+
+
+class HotRoutes:
+    """Serve the ordinary allocate and release requests; pass every other request on."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._routes: dict[tuple[str, str], BaseRoute] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("query_string"):
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        if method == "POST" and path == COLLECTION:
+            await self._create(scope, receive, send)
+        elif (
+            method == "DELETE"
+            and path.startswith(_ITEM_PREFIX)
+            and _ID.match(path[len(_ITEM_PREFIX) :])
+        ):
+            await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
+        else:
+            await self.app(scope, receive, send)
+
+    # The two routes
+
+    async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
+        messages, body = await _read_body(receive)
+        try:
+            headers = _headers(scope)
+            who = _caller(scope, headers, KeyScope.TENANT)
+            content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            key_bytes = headers.get(b"idempotency-key")
+            if body is None or content_type != b"application/json":
+                raise _Decline
+            if key_bytes is not None and not 1 <= len(key_bytes) <= 128:
+                raise _Decline
+            model = AllocationCreate.model_validate(json.loads(body))
+        except (_Decline, ValidationError, ValueError):
+            await self.app(scope, _replay(messages, receive), send)
+            return
+        key = key_bytes.decode("latin-1") if key_bytes is not None else None
+        state = scope["app"].state
+        tenant_id = who.tenant_id
+        max_queued = state.settings.max_queued_per_tenant
+        path = scope["path"]
+        await self._answer(
+            scope,
+            send,
+            who,
+            owner=who.idempotency_owner,
+            key=key,
+            fingerprint=lambda: idempotency.request_hash("POST", path, model),
+            use_case=lambda session, now: allocations.create(
+                session, tenant_id=tenant_id, body=model, now=now, max_queued=max_queued
+            ),
+            route=(COLLECTION, "POST"),
+        )
+
+    async def _release(self, scope: Scope, receive: Receive, send: Send, alloc_id: str) -> None:
+        try:
+            who = _caller(scope, _headers(scope), KeyScope.TENANT, KeyScope.ADMIN)
+        except _Decline:
+            await self.app(scope, receive, send)
+            return
+        tenant_id = who.tenant_id
+        await self._answer(
+            scope,
+            send,
+            who,
+            use_case=lambda session, now: (
+                200,
+                allocations.release(session, tenant_id=tenant_id, allocation_id=alloc_id, now=now),
+            ),
+            route=(ONE, "DELETE"),
+        )
+
+    # Shared steps
+
+    async def _answer(
+        self,
+        scope: Scope,
+        send: Send,
+        who: Principal,
+        *,
+        route: tuple[str, str],
+        **command: Any,
+    ) -> None:
+        # The route's template is what the request log and metrics name.
+        scope["route"] = self._route(scope, *route)
+        state = scope["app"].state
+        try:
+            if state.rate_limiter is not None:
+                state.rate_limiter.charge(who)
+            status, text = await state.writer.call(**command)
+        except Exception as exc:  # mapped exactly as the framework's handlers map it
+            await response_for(exc)(scope, _no_body, send)
+            return
+        body = text.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _route(self, scope: Scope, path: str, method: str) -> BaseRoute | None:
+        if self._routes is None:
+            self._routes = {
+                (getattr(r, "path", ""), m): r
+                for r in scope["app"].routes
+                for m in getattr(r, "methods", None) or ()
+            }
+        return self._routes.get((path, method))
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in _READ:
+            if name in found:
+                raise _Decline
+            found[name] = value
+    return found
+
+
+def _caller(scope: Scope, headers: dict[bytes, bytes], *scopes: KeyScope) -> Principal:
+    """The cached principal of the request's key, if it may call this route; else decline.
+
+    A key not in the cache (first use, or expired from it) goes through the framework's
+    dependency, which looks it up and caches it; so does every refusal."""
+    raw = headers.get(b"authorization")
+    try:
+        token = auth.parse_bearer(raw.decode("latin-1") if raw is not None else None)
+    except Unauthenticated:
+        raise _Decline from None
+    who = scope["app"].state.key_cache.get(token)
+    if who is None or who.scope not in scopes:
+        raise _Decline
+    return who
+
+
+async def _read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
+    """Every message of the body, to replay if the framework takes over, and the body (None if
+    the client went away or a limit cut it off)."""
+    messages: list[Message] = []
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return messages, b"".join(chunks)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
