@@ -97,7 +97,8 @@ def create_app(
     app.state.jobs = None
     app.state.node_work = NodeWorkBoard()
     app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None
-    app.state.metrics, request_histogram = observability.make_registry(database)
+    instruments = observability.make_registry(database)
+    app.state.metrics = instruments.registry
     app.state.rate_limiter = (
         RateLimiter(RateLimits.from_settings(settings), clock=rate_clock)
         if settings.rate_limits
@@ -105,12 +106,12 @@ def create_app(
     )
     errors.install(app)
     # Innermost: the ordinary allocate and release skip the framework's routing (hotroutes.py).
-    app.add_middleware(HotRoutes)
+    app.add_middleware(HotRoutes, counter=instruments.hot_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if app.state.rate_limiter is not None:
         app.add_middleware(AnonymousRateLimit, limiter=app.state.rate_limiter)
     # Added last, so it runs first: every request, refused ones too, gets an id and a line.
-    app.add_middleware(observability.RequestObserver, histogram=request_histogram)
+    app.add_middleware(observability.RequestObserver, histogram=instruments.requests)
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
     for module in (allocations, holds, nodes, node_identity, tenants, health, observability):
         app.include_router(module.router)

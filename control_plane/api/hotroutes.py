@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
 from pydantic import ValidationError
-from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api.errors import response_for
@@ -38,6 +39,16 @@ _READ = (b"authorization", b"content-type", b"idempotency-key")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+@dataclass(frozen=True)
+class RouteTemplate:
+    """What the request observer reads of `scope["route"]`: the path template."""
+
+    path: str
+
+
+_TEMPLATES = {COLLECTION: RouteTemplate(COLLECTION), ONE: RouteTemplate(ONE)}
+
+
 class _Decline(Exception):
     """Not the ordinary case: the framework's route answers this request."""
 
@@ -45,12 +56,17 @@ class _Decline(Exception):
 class HotRoutes:
     """Serve the ordinary allocate and release requests; pass every other request on."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
         self.app = app
-        self._routes: dict[tuple[str, str], BaseRoute] | None = None
+        # Children made once: labels() per request would cost a dict lookup and a lock.
+        self._served = {
+            (route, path): counter.labels(f"{method} {route}", path)
+            for route, method in ((COLLECTION, "POST"), (ONE, "DELETE"))
+            for path in ("hot", "framework")
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("query_string"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
@@ -59,7 +75,7 @@ class HotRoutes:
         elif (
             method == "DELETE"
             and path.startswith(_ITEM_PREFIX)
-            and _ID.match(path[len(_ITEM_PREFIX) :])
+            and _ID.fullmatch(path[len(_ITEM_PREFIX) :])
         ):
             await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
         else:
@@ -80,6 +96,7 @@ class HotRoutes:
                 raise _Decline
             model = AllocationCreate.model_validate(json.loads(body))
         except (_Decline, ValidationError, ValueError):
+            self._served[COLLECTION, "framework"].inc()
             await self.app(scope, _replay(messages, receive), send)
             return
         key = key_bytes.decode("latin-1") if key_bytes is not None else None
@@ -104,6 +121,7 @@ class HotRoutes:
         try:
             who = _caller(scope, _headers(scope), KeyScope.TENANT, KeyScope.ADMIN)
         except _Decline:
+            self._served[ONE, "framework"].inc()
             await self.app(scope, receive, send)
             return
         tenant_id = who.tenant_id
@@ -129,8 +147,9 @@ class HotRoutes:
         route: tuple[str, str],
         **command: Any,
     ) -> None:
-        # The route's template is what the request log and metrics name.
-        scope["route"] = self._route(scope, *route)
+        # The request log and metrics name the route by its template, read from here.
+        scope["route"] = _TEMPLATES[route[0]]
+        self._served[route[0], "hot"].inc()
         state = scope["app"].state
         try:
             if state.rate_limiter is not None:
@@ -149,17 +168,12 @@ class HotRoutes:
         )
         await send({"type": "http.response.body", "body": body})
 
-    def _route(self, scope: Scope, path: str, method: str) -> BaseRoute | None:
-        if self._routes is None:
-            self._routes = {
-                (getattr(r, "path", ""), m): r
-                for r in scope["app"].routes
-                for m in getattr(r, "methods", None) or ()
-            }
-        return self._routes.get((path, method))
-
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:
+    """The headers this path reads; declines a query string (no route here takes one) and
+    a header it reads sent twice."""
+    if scope.get("query_string"):
+        raise _Decline
     found: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
         if name in _READ:

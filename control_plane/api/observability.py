@@ -5,9 +5,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,8 +25,19 @@ access = logging.getLogger("jitgpu.access")
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
-def make_registry(db: object) -> tuple[CollectorRegistry, Histogram]:
-    """A registry per app (tests build many apps): request latency, placement, the cluster."""
+@dataclass(frozen=True)
+class Instruments:
+    """What the request path records into, per app (tests build many apps)."""
+
+    registry: CollectorRegistry
+    requests: Histogram
+    # Allocate and release requests by the path that answered them: "hot" (api/hotroutes.py)
+    # or "framework" (the FastAPI route, for anything not ordinary).
+    hot_routes: Counter
+
+
+def make_registry(db: object) -> Instruments:
+    """A registry per app: request latency, the hot routes' share, placement, the cluster."""
     registry = CollectorRegistry()
     requests = Histogram(
         "jitgpu_request_seconds",
@@ -28,9 +46,15 @@ def make_registry(db: object) -> tuple[CollectorRegistry, Histogram]:
         buckets=BUCKETS,
         registry=registry,
     )
+    hot_routes = Counter(
+        "jitgpu_hot_route_requests",
+        "Allocate and release requests by the path that served them (hot or framework).",
+        ["route", "path"],
+        registry=registry,
+    )
     registry.register(placement_seconds)
     registry.register(ClusterCollector(db))
-    return registry, requests
+    return Instruments(registry=registry, requests=requests, hot_routes=hot_routes)
 
 
 class RequestObserver:
