@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import metadata
 
 from control_plane.node_agent.client import (
@@ -41,6 +42,8 @@ log = logging.getLogger("jitgpu.node")
 
 EXIT_OK, EXIT_REFUSED = 0, 3
 FINAL_TASK_STATUSES = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
+# Reports in flight at once: one per target, as many targets as a node has GPUs, commonly.
+REPORT_SENDERS = 8
 
 
 def agent_version() -> str:
@@ -111,6 +114,9 @@ class Agent:
         self._pushed: HeartbeatReply | None = None
         self._pushed_lock = threading.Lock()
         self._epoch: int | None = None
+        # Reports side by side, off the loop (flush); the sends in flight, by target.
+        self._senders: ThreadPoolExecutor | None = None
+        self._in_flight: dict[str, Future[list[tuple[Report, Exception | None]]]] = {}
 
     def request_stop(self) -> None:
         """Safe from a signal handler: the loop notices at once and shuts down."""
@@ -324,28 +330,84 @@ class Agent:
                 self._pushed = reply
             self.wake.set()
 
-    def flush(self) -> None:
-        """Send every due report; raises Unreachable (the rest wait for the next round)."""
+    def flush(self, *, wait: bool = True) -> None:
+        """Send every due report; raises Unreachable (the rest wait for the next round).
+
+        With `wait=False` the reports go out on sender threads and the loop goes on (it
+        starts the next job meanwhile: one at a time, two reports per job held it up for
+        their round trips); their outcomes are taken in at a later flush, which the senders
+        wake the loop for. A target's reports are never in flight twice."""
         if self.node_id is None:
             return
-        ended = False
+        if wait:
+            for future in list(self._in_flight.values()):
+                future.result()
+        # What failed stops this flush before anything new is sent (the round backs off).
+        self._take_in(self._collect())
+        by_target: dict[str, list[Report]] = {}
         for report in self.work.due_reports():
-            try:
-                self._send(report)
-            except NotFound:
+            if report.target not in self._in_flight:
+                by_target.setdefault(report.target, []).append(report)
+        if wait and len(by_target) == 1:
+            self._take_in(self._send_in_order(next(iter(by_target.values()))))
+        elif by_target:
+            if self._senders is None:
+                self._senders = ThreadPoolExecutor(REPORT_SENDERS, thread_name_prefix="report")
+            for target, group in by_target.items():
+                future = self._senders.submit(self._send_in_order, group)
+                self._in_flight[target] = future
+                future.add_done_callback(lambda _: self.wake.set())
+            if wait:
+                for future in list(self._in_flight.values()):
+                    future.result()
+                self._take_in(self._collect())
+        self.work.tick()
+
+    def _collect(self) -> list[tuple[Report, Exception | None]]:
+        """The outcomes of the sends that finished."""
+        outcomes: list[tuple[Report, Exception | None]] = []
+        for target, future in list(self._in_flight.items()):
+            if future.done():
+                del self._in_flight[target]
+                outcomes += future.result()
+        return outcomes
+
+    def _take_in(self, outcomes: list[tuple[Report, Exception | None]]) -> None:
+        ended = False
+        failure: Exception | None = None
+        for report, exc in outcomes:
+            if isinstance(exc, NotFound):
                 log.info("%s %s is unknown to the control plane; forgetting it", *_what(report))
                 self.work.forget(report)
                 continue
-            except Rejected as exc:
+            if isinstance(exc, Rejected):
                 # Sending the same body again would be refused again.
                 log.warning("control plane refused a report on %s %s: %s", *_what(report), exc)
+            elif exc is not None:
+                failure = failure or exc  # not sent: it stays due
+                continue
             report.sent()
             ended = ended or _ends_task(report)
+        if failure is not None:
+            raise failure
         if ended and self.watch is None:
             # The exit freed GPUs that the server may have handed on already, perhaps to
             # this node: without a long poll, ask now rather than at the next heartbeat.
             self.fetch_work()
-        self.work.tick()
+
+    def _send_in_order(self, reports: list[Report]) -> list[tuple[Report, Exception | None]]:
+        outcomes: list[tuple[Report, Exception | None]] = []
+        for report in reports:
+            try:
+                self._send(report)
+            except (NotFound, Rejected) as exc:
+                outcomes.append((report, exc))
+            except Exception as exc:  # Unreachable, Refused: the rest of this target waits
+                outcomes.append((report, exc))
+                break
+            else:
+                outcomes.append((report, None))
+        return outcomes
 
     def _send(self, report: Report) -> None:
         assert self.node_id is not None
@@ -410,7 +472,7 @@ class Agent:
                 elif self.registered:
                     # A failure here is left to the next round, which reports it and backs off.
                     with contextlib.suppress(ApiError):
-                        self.flush()
+                        self.flush(wait=False)
                 else:
                     self.work.tick()
                 if not self.stopping.is_set():
@@ -438,6 +500,8 @@ class Agent:
                 log.info("reported drain to the control plane")
             except ApiError as exc:
                 log.warning("could not report the drain: %s", exc)
+        if self._senders is not None:
+            self._senders.shutdown(wait=True)
         self.backend.close()
         log.info("node agent stopped")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -392,3 +393,71 @@ def test_a_reply_older_than_one_applied_is_dropped(tmp_path: Path) -> None:
     agent.register()
     agent.apply(newer.model_copy(update={"epoch": 1}))
     assert list(agent.work.holds) == ["hold_a"]
+
+
+class GatedControlPlane(ScriptedControlPlane):
+    """Task reports wait at a gate: what the loop does while the control plane is slow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.arrived = threading.Semaphore(0)
+
+    def report_task(self, node_id: str, alloc_id: str, body: Any) -> None:
+        self.arrived.release()
+        assert self.gate.wait(10), "the test never opened the gate"
+        super().report_task(node_id, alloc_id, body)
+
+
+def _exited(agent: Agent, *ids: str) -> None:
+    for i in ids:
+        task = agent.work.allocations[i].task
+        assert task is not None
+        task.join(10)
+
+
+def test_reports_go_out_off_the_loop_side_by_side_and_are_taken_in_later(
+    tmp_path: Path,
+) -> None:
+    cp = GatedControlPlane()
+    agent = make(tmp_path, cp)
+    cp.assignments = [alloc("a1", ["GPU-a"], ["true"]), alloc("a2", ["GPU-b"], ["true"])]
+    agent.apply(cp.heartbeat("node_1", agent.heartbeat_body()))
+    agent.node_id = "node_1"
+    _exited(agent, "a1", "a2")
+    # The loop's flush does not wait for the answers: both reports are in flight at once.
+    agent.flush(wait=False)
+    assert cp.arrived.acquire(timeout=10) and cp.arrived.acquire(timeout=10)
+    assert all(a.sent_status is None for a in agent.work.allocations.values())
+    # A target with a report in flight is not sent again.
+    agent.flush(wait=False)
+    cp.gate.set()
+    wait_for(lambda: len(cp.sent("task")) == 2, timeout=10, what="both reports answered")
+    agent.flush()  # takes the outcomes in
+    assert {a for a, _ in cp.sent("task")} == {"a1", "a2"}
+    assert all(b.status.value == "exited" for _, b in cp.sent("task"))
+    agent.flush()
+    assert len(cp.sent("task")) == 2  # acknowledged: never sent again
+
+
+def test_a_report_that_failed_off_the_loop_fails_the_next_flush_and_is_sent_again(
+    tmp_path: Path,
+) -> None:
+    cp = ScriptedControlPlane()
+    agent = make(tmp_path, cp)
+    cp.assignments = [alloc("a1", ["GPU-a"], ["true"]), alloc("a2", ["GPU-b"], ["true"])]
+    agent.apply(cp.heartbeat("node_1", agent.heartbeat_body()))
+    agent.node_id = "node_1"
+    _exited(agent, "a1", "a2")
+    cp.failures["task"] = [Unreachable("timeout")]
+    agent.flush(wait=False)
+    wait_for(
+        lambda: not agent._in_flight or all(f.done() for f in agent._in_flight.values()),
+        timeout=10,
+        what="both sends done",
+    )
+    with pytest.raises(Unreachable):
+        agent.flush(wait=False)  # the failure reaches the loop, which backs off
+    agent.flush()
+    assert sorted(a for a, _ in cp.sent("task")) == ["a1", "a2"]
+    assert cp.assignments == []  # both final reports arrived
