@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from alloc_throughput import ADMIN, run_wrk
+from alloc_throughput import ADMIN, UNLIMITED, run_wrk
 from machine import describe
 
 from tests.support.procs import ServerProc
@@ -130,7 +130,7 @@ def heartbeat_wrk(
 def one_run(args: argparse.Namespace, tmp: Path) -> dict:
     for f in tmp.glob("hb.db*"):
         f.unlink()
-    env = {"JITGPU_LOG_LEVEL": "warning", "JITGPU_HEARTBEAT_TIMEOUT_S": "3600"}
+    env = {"JITGPU_LOG_LEVEL": "warning", "JITGPU_HEARTBEAT_TIMEOUT_S": "3600", **UNLIMITED}
     server = ServerProc(
         tmp, database_url=f"sqlite:///{tmp / 'hb.db'}", admin_token=ADMIN, env=env
     ).start()
