@@ -1,14 +1,16 @@
-"""Allocate and release without the framework's per-request machinery, answering like it.
+"""Allocate, release and task reports without the framework's per-request machinery, alike.
 
-`POST /v1/allocations` and `DELETE /v1/allocations/{id}` are most of what a busy control
-plane serves. FastAPI's routing, dependency solving, exception middleware and response
-classes cost more CPU per request than the write itself (measured in BENCHMARKS.md), so this
-middleware serves the ordinary case of these two routes directly: a cached key of the right
-scope, a JSON body that validates, no query string. Everything else (a key not yet cached, a
-body that fails validation, a duplicated header, an odd content type) is handed, with the
-body it read, to the FastAPI route, which answers it as it always did. Once a request is
-served here, it is served by the same service calls, the same writer and the same error
-mapping as the route; the route stays the documented (OpenAPI) and tested contract.
+`POST /v1/allocations`, `DELETE /v1/allocations/{id}` and a node's task reports (`POST
+/v1/nodes/{node}/allocations/{id}/task`, two per job) are most of what a busy control plane
+serves. FastAPI's routing, dependency solving, exception middleware and response classes
+cost more CPU per request than the write itself (measured in BENCHMARKS.md), so this
+middleware serves the ordinary case of these routes directly: a cached key of the right
+scope (a node's for its own node), a JSON body that validates, no query string. Everything
+else (a key not yet cached, a body that fails validation, a duplicated header, an odd
+content type, a node acting as another) is handed, with the body it read, to the FastAPI
+route, which answers it as it always did. Once a request is served here, it is served by the
+same service calls, the same writer and the same error mapping as the route; the route stays
+the documented (OpenAPI) and tested contract.
 """
 
 from __future__ import annotations
@@ -26,14 +28,18 @@ from control_plane.api.errors import response_for
 from control_plane.schemas.allocations import AllocationCreate
 from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope as KeyScope
-from control_plane.services import allocations, auth, idempotency
+from control_plane.schemas.nodes import TaskReport
+from control_plane.services import allocations, auth, idempotency, tasks
 from control_plane.services.auth import Principal
 from control_plane.services.errors import Unauthenticated
 
 COLLECTION = "/v1/allocations"
 ONE = "/v1/allocations/{allocation_id}"
+TASK = "/v1/nodes/{node_id}/allocations/{allocation_id}/task"
 _ITEM_PREFIX = COLLECTION + "/"
 _ID = re.compile(ID_PATTERN)
+_BARE_ID = ID_PATTERN.strip("^$")
+_TASK = re.compile(f"/v1/nodes/({_BARE_ID})/allocations/({_BARE_ID})/task")
 # The headers this path reads; any of them twice, and the framework decides what it means.
 _READ = (b"authorization", b"content-type", b"idempotency-key")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -46,7 +52,7 @@ class RouteTemplate:
     path: str
 
 
-_TEMPLATES = {COLLECTION: RouteTemplate(COLLECTION), ONE: RouteTemplate(ONE)}
+_TEMPLATES = {t: RouteTemplate(t) for t in (COLLECTION, ONE, TASK)}
 
 
 class _Decline(Exception):
@@ -61,7 +67,7 @@ class HotRoutes:
         # Children made once: labels() per request would cost a dict lookup and a lock.
         self._served = {
             (route, path): counter.labels(f"{method} {route}", path)
-            for route, method in ((COLLECTION, "POST"), (ONE, "DELETE"))
+            for route, method in ((COLLECTION, "POST"), (ONE, "DELETE"), (TASK, "POST"))
             for path in ("hot", "framework")
         }
 
@@ -78,6 +84,8 @@ class HotRoutes:
             and _ID.fullmatch(path[len(_ITEM_PREFIX) :])
         ):
             await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
+        elif method == "POST" and (task := _TASK.fullmatch(path)) is not None:
+            await self._report_task(scope, receive, send, task.group(1), task.group(2))
         else:
             await self.app(scope, receive, send)
 
@@ -88,13 +96,10 @@ class HotRoutes:
         try:
             headers = _headers(scope)
             who = _caller(scope, headers, KeyScope.TENANT)
-            content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             key_bytes = headers.get(b"idempotency-key")
-            if body is None or content_type != b"application/json":
-                raise _Decline
             if key_bytes is not None and not 1 <= len(key_bytes) <= 128:
                 raise _Decline
-            model = AllocationCreate.model_validate(json.loads(body))
+            model = AllocationCreate.model_validate(_json_body(headers, body))
         except (_Decline, ValidationError, ValueError):
             self._served[COLLECTION, "framework"].inc()
             await self.app(scope, _replay(messages, receive), send)
@@ -134,6 +139,34 @@ class HotRoutes:
                 allocations.release(session, tenant_id=tenant_id, allocation_id=alloc_id, now=now),
             ),
             route=(ONE, "DELETE"),
+        )
+
+    async def _report_task(
+        self, scope: Scope, receive: Receive, send: Send, node_id: str, alloc_id: str
+    ) -> None:
+        messages, body = await _read_body(receive)
+        try:
+            headers = _headers(scope)
+            who = _caller(scope, headers, KeyScope.NODE, KeyScope.ADMIN)
+            # A node's credential acts as its own node only; the route says why not (403).
+            if who.scope == KeyScope.NODE and who.node_id != node_id:
+                raise _Decline
+            report = TaskReport.model_validate(_json_body(headers, body))
+        except (_Decline, ValidationError, ValueError):
+            self._served[TASK, "framework"].inc()
+            await self.app(scope, _replay(messages, receive), send)
+            return
+        await self._answer(
+            scope,
+            send,
+            who,
+            use_case=lambda session, now: (
+                200,
+                tasks.report(
+                    session, node_id=node_id, allocation_id=alloc_id, body=report, now=now
+                ),
+            ),
+            route=(TASK, "POST"),
         )
 
     # Shared steps
@@ -181,6 +214,14 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
                 raise _Decline
             found[name] = value
     return found
+
+
+def _json_body(headers: dict[bytes, bytes], body: bytes | None) -> Any:
+    """The parsed JSON body of a request that says it sends JSON; else decline."""
+    content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    if body is None or content_type != b"application/json":
+        raise _Decline
+    return json.loads(body)
 
 
 def _caller(scope: Scope, headers: dict[bytes, bytes], *scopes: KeyScope) -> Principal:

@@ -1,5 +1,6 @@
-"""Allocate and release answer the same whichever path serves them: the hot path for the
-ordinary request, the FastAPI route for the rest (forced here with a query string)."""
+"""Allocate, release and task reports answer the same whichever path serves them: the hot
+path for the ordinary request, the FastAPI route for the rest (forced here with a query
+string)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from tests.conftest import FakeClock
 from tests.control_plane.conftest import ADMIN, Api
+from tests.support.nodes import enrol_node
 
 POST = "POST /v1/allocations"
 DELETE = "DELETE /v1/allocations/{allocation_id}"
+TASK = "POST /v1/nodes/{node_id}/allocations/{allocation_id}/task"
 
 
 @pytest.fixture
@@ -158,3 +161,52 @@ def test_the_hot_path_logs_and_times_under_the_route_template(cached: Api) -> No
     assert 'route="/v1/allocations",status="2xx"' in metrics
     assert 'route="/v1/allocations/{allocation_id}",status="2xx"' in metrics
     assert served(api, POST, "hot") == served(api, DELETE, "hot") == 1
+
+
+@pytest.mark.parametrize("path", ["hot", "framework"])
+def test_task_reports_answer_alike_on_both_paths(cached: Api, path: str) -> None:
+    api = cached
+    q = "" if path == "hot" else "?via=framework"
+    n1, n2 = enrol_node(api.http, "n1", ADMIN), enrol_node(api.http, "n2", ADMIN)
+    for node in (n1, n2):
+        gpus = [{"uuid": f"GPU-{node.name}", "model": "A100", "memory_mb": 1, "index": 0}]
+        body = {"name": node.name, "gpus": gpus}
+        assert api.http.post("/v1/nodes", json=body, headers=node.headers).status_code == 201
+    _, a = api.tenant("team-a", quota=2)
+    api.http.get("/v1/allocations", headers=a)
+    one = {"gpu_count": 1, "command": ["true"]}
+    first = api.http.post("/v1/allocations", json=one, headers=a).json()
+    second = api.http.post("/v1/allocations", json=one, headers=a).json()
+    on_n1 = first if first["gpus"][0]["node"] == "n1" else second
+    on_n2 = second if on_n1 is first else first
+    queued = api.http.post("/v1/allocations", json=one, headers=a)
+    assert queued.status_code == 202
+    # The node's credential is cached by its first request (the route's own lookup).
+    api.http.get(f"/v1/nodes/{n1.node_id}/work", headers=n1.headers)
+    api.http.get(f"/v1/nodes/{n2.node_id}/work", headers=n2.headers)
+    before = served(api, TASK, path)
+
+    def report(node, alloc: dict, body: dict, headers=None):  # type: ignore[no-untyped-def]
+        url = f"/v1/nodes/{node.node_id}/allocations/{alloc['id']}/task{q}"
+        return api.http.post(url, json=body, headers=headers or node.headers)
+
+    running = report(n1, on_n1, {"status": "running"})
+    assert running.status_code == 200 and running.json()["task_status"] == "running"
+    # Another node's allocation is not there for this node.
+    assert report(n1, on_n2, {"status": "running"}).status_code == 404
+    # An exit ends the allocation and hands its GPU to the request that waited.
+    exited = report(n1, on_n1, {"status": "exited", "exit_code": 0})
+    assert exited.status_code == 200 and exited.json()["status"] == "released"
+    waited = api.http.get(f"/v1/allocations/{queued.json()['id']}", headers=a).json()
+    assert waited["status"] == "allocated" and waited["gpus"][0]["node"] == "n1"
+    # The admin may report too.
+    assert report(n2, on_n2, {"status": "running"}, headers=ADMIN).status_code == 200
+    assert served(api, TASK, path) - before == 4
+
+    # Not ordinary, so the route's answer whichever path was asked for: a node acting as
+    # another (403 wrong_node), a status that does not exist (422 naming the field).
+    wrong = report(n2, on_n1, {"status": "running"}, headers=n1.headers)
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "wrong_node"
+    bad = report(n2, on_n2, {"status": "sleeping"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "status"
+    assert served(api, TASK, "hot") == (4 if path == "hot" else 0)
