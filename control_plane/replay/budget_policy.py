@@ -46,7 +46,9 @@ from predictors.reserve import WarmReserve
 DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
 DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
 DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
-DEFAULT_RESERVE = True  # an adaptive warm reserve per active user (reserve=1)
+# An adaptive warm reserve per active user (reserve=1). Off: it helps where users submit
+# steadily (ITP) but costs a few percent on Helios and Alibaba (docs/prewarm-results.md).
+DEFAULT_RESERVE = False
 
 
 class BudgetedPolicy(ForecastPolicy):

@@ -51,21 +51,21 @@ def _clumps(n: int = 100) -> list[Job]:
     return _jobs(*[("a", 300.0 * k, 1, 1000.0) for k in range(n) for _ in range(3)])
 
 
-def test_the_default_keeps_a_warm_reserve_that_serves_clumps_the_forecast_alone_misses() -> None:
+def test_the_warm_reserve_serves_clumps_the_forecast_alone_misses() -> None:
     spec = "default:price=0.1,period=1e12"  # a fixed price: the structure alone differs
-    alone = _run(_clumps(), spec + ",reserve=0")
-    both = _run(_clumps(), spec)
+    alone = _run(_clumps(), spec)
+    both = _run(_clumps(), spec + ",reserve=1")
     assert both["warm_hits"] > alone["warm_hits"]  # type: ignore[operator]
     assert both["mean_time_to_gpu_s"] < alone["mean_time_to_gpu_s"]  # type: ignore[operator]
     assert both["misses"]["still_warming"] < alone["misses"]["still_warming"]  # type: ignore[index]
 
 
-def test_the_reserve_is_on_by_default_and_follows_the_budget_price() -> None:
+def test_the_reserve_is_asked_for_and_follows_the_budget_price() -> None:
     load_plugins()
-    policy = make_policy("default:budget=0.05")
-    assert isinstance(policy, BudgetedPolicy) and policy.reserve is not None
-    off = make_policy("default:budget=0.05,reserve=0")
+    off = make_policy("default:budget=0.05")
     assert isinstance(off, BudgetedPolicy) and off.reserve is None
+    policy = make_policy("default:budget=0.05,reserve=1")
+    assert isinstance(policy, BudgetedPolicy) and policy.reserve is not None
     _run(_clumps(40), policy)
     reserve = policy.reserve
     assert reserve.lead_s == COLD  # the warm-up follows the replay's cold start
