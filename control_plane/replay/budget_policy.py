@@ -37,7 +37,8 @@ from predictors.budget import (
     BudgetController,
     TenantBudgets,
 )
-from predictors.burst import BurstPredictor
+from predictors.burst import WEIGHTS, BurstPredictor
+from predictors.reserve import WarmReserve
 
 # The default family and its structure (tuned on Helios days 0-9): the priced burst forecast
 # covering up to four jobs of a clump, the window valued without the size fit, holds sized
@@ -45,6 +46,9 @@ from predictors.burst import BurstPredictor
 DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
 DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
 DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
+# An adaptive warm reserve per active user (reserve=1). Off: it helps where users submit
+# steadily (ITP) but costs a few percent on Helios and Alibaba (docs/prewarm-results.md).
+DEFAULT_RESERVE = False
 
 
 class BudgetedPolicy(ForecastPolicy):
@@ -59,6 +63,8 @@ class BudgetedPolicy(ForecastPolicy):
         # With a controller per tenant (users of the trace): theirs beside the cluster's.
         self.tenants: TenantBudgets | None = None
         self._users: set[str] = set()
+        # A warm reserve per active user beside the forecast, priced like it.
+        self.reserve: WarmReserve | None = None
 
     def steer(
         self, budget: BudgetController, period_s: float, bursts: list[BurstPredictor]
@@ -69,16 +75,45 @@ class BudgetedPolicy(ForecastPolicy):
     def begin(self, jobs: Sequence[Job], ctl: Control) -> None:
         super().begin(jobs, ctl)
         self._next_update = jobs[0].submit + self.period_s if jobs else 0.0
+        if self.reserve is not None:
+            self.reserve.lead_s = max(1.0, ctl.cold_start_s)
         self._set_price(self.budget.price)
 
     def on_arrival(self, job: Job, now: float, ctl: Control) -> None:
         self._users.add(job.user)
         self._maybe_update(now, ctl)
         super().on_arrival(job, now, ctl)
+        reserve = self.reserve
+        if reserve is None:
+            return
+        reserve.observe_arrival(job.user, now, job.gpus)
+        reserve.note_forecast(job.user, now, self.wanted.get(job.user, 0))
+        plan = reserve.plan(job.user, now)
+        if plan is None:
+            return
+        gpus, until = plan
+        # The reserve is a floor under what the forecast holds: keep that many of the user's
+        # GPUs until the window ends, and set aside (warming now) what is missing.
+        ctl.keep(job.user, gpus, until)
+        short = gpus - ctl.held_gpus(job.user)
+        if short > 0:
+            ctl.hold(job.user, short, now, until - now)
 
     def on_finish(self, job: Job, now: float, ctl: Control) -> None:
         self._maybe_update(now, ctl)
         super().on_finish(job, now, ctl)
+        reserve = self.reserve
+        if reserve is None:
+            return
+        reserve.note_forecast(job.user, now, self.wanted.get(job.user, 0), warm=self.reuse)
+        plan = reserve.plan(job.user, now)
+        if plan is None:
+            return
+        gpus, until = plan
+        short = gpus - ctl.held_gpus(job.user)
+        if short > 0:
+            # The ending job's GPUs are warm already: they refill the reserve for free.
+            ctl.retain(job, short, until - now)
 
     def _maybe_update(self, now: float, ctl: Control) -> None:
         if now < self._next_update:
@@ -95,10 +130,14 @@ class BudgetedPolicy(ForecastPolicy):
         prices = {user: tenants.price(user) for user in self._users}
         for burst in self._bursts:
             burst.user_prices = prices
+        if self.reserve is not None:
+            self.reserve.user_prices = prices
 
     def _set_price(self, price: float) -> None:
         for burst in self._bursts:
             burst.price = price
+        if self.reserve is not None:
+            self.reserve.price = price
 
     def adopt(self, trained: Policy) -> None:
         # The price the controller reached on the training days is where it starts here.
@@ -145,6 +184,7 @@ def _default(arg: str | None) -> Policy:
             "price",
             "period",
             "session",
+            "reserve",
             "tenants",
             *SESSION_OPTIONS,
             *BURST_OPTIONS,
@@ -160,7 +200,7 @@ def _default(arg: str | None) -> Policy:
     start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
     period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
-    for key in ("budget", "window", "period", "session", "tenants", *SESSION_OPTIONS):
+    for key in ("budget", "window", "period", "session", "reserve", "tenants", *SESSION_OPTIONS):
         burst_options.pop(key, None)
     predictor = burst_predictor(burst_options)
     policy = adapt(predictor, burst_options, cls=BudgetedPolicy)
@@ -183,6 +223,8 @@ def _default(arg: str | None) -> Policy:
         policy.tenants = TenantBudgets(budget, window_s=window, price=price)
         controller = policy.tenants.cluster
     policy.steer(controller, period, bursts_in(predictor))
+    if flag(options, "reserve", DEFAULT_RESERVE):
+        policy.reserve = WarmReserve(price=price, weigh=WEIGHTS[predictor.weigh])
     return policy
 
 

@@ -134,6 +134,19 @@ class Simulator:
         for intent in self.book.user_intents(user):
             intent.expire_at = max(intent.expire_at, until)
 
+    def keep(self, user: str, gpus: int, until: float) -> None:
+        placed = [(h.expire_at, len(h.gpus), h) for h in self.book.user_holds(user)]
+        asked = [(i.expire_at, i.gpus, i) for i in self.book.user_intents(user)]
+        covered = 0
+        for expire_at, count, item in sorted(placed + asked, key=lambda e: -e[0]):
+            if covered >= gpus:
+                break
+            covered += count
+            if expire_at < until:
+                item.expire_at = until
+                if isinstance(item, Hold):
+                    self._push(until, EXPIRE, item.id)
+
     def totals(self) -> Totals:
         # Accrued so far, not charged: a job's whole run counts when it starts and a hold's
         # idle when it ends, both too late for a controller. GPUs not free so far are busy

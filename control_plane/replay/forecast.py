@@ -101,6 +101,8 @@ class ForecastPolicy(Policy):
         self.reuse = reuse
         self.topup = topup
         self._asked: dict[tuple[str, float], int] = {}
+        # GPUs the latest round of forecasts asked for, per user (what they mean to hold).
+        self.wanted: dict[str, int] = {}
         self.rebind()
 
     def rebind(self) -> None:
@@ -138,6 +140,7 @@ class ForecastPolicy(Policy):
             if ttl is None:
                 ttl = DEFAULT_TTL_S
             user, until = demand.user, demand.at + ttl
+            wanted[user] = wanted.get(user, 0) + gpus
             kept = 0
             if (
                 ending is not None
@@ -149,7 +152,6 @@ class ForecastPolicy(Policy):
                 kept = ctl.retain(ending, gpus, until - now, demand.confidence)
             if self.topup:
                 # One user's forecasts in one batch add up (the next job, the one after...).
-                wanted[user] = wanted.get(user, 0) + gpus
                 if user not in held:
                     held[user] = ctl.held_gpus(user)
                 else:
@@ -164,6 +166,7 @@ class ForecastPolicy(Policy):
                     self._asked[key] = gpus
             if more > 0:
                 ctl.hold(user, more, demand.at, ttl, demand.confidence)
+        self.wanted = wanted
         if len(self._asked) > 4096:
             # Forget forecasts whose time is long past; they can no longer repeat usefully.
             horizon = now - 2 * (self.ttl_s or DEFAULT_TTL_S)

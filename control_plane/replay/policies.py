@@ -37,6 +37,11 @@ class Control(Protocol):
         """Keep every hold of `user` (placed or not) claimable until at least `until`."""
         ...
 
+    def keep(self, user: str, gpus: int, until: float) -> None:
+        """Keep at least `gpus` of the GPUs set aside or asked for `user` claimable until
+        `until`, extending the holds that last longest first (fewest changed)."""
+        ...
+
     def release(self, user: str) -> None:
         """End every hold of `user` now."""
         ...
