@@ -87,6 +87,9 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,  # served offline by docs.install
         redoc_url=None,
+        # Metrics are Prometheus (/metrics) and logs our own: FastAPI's OpenTelemetry hooks
+        # would only look up, on every request, whether a provider was configured.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.db = database
