@@ -7,10 +7,11 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlmodel import Session, select
+from sqlmodel import Session
 
 from control_plane.db.models import ApiKeyRow, TenantRow
 from control_plane.schemas.enums import Scope
+from control_plane.services import sql
 from control_plane.services.errors import Forbidden, NotFound, Unauthenticated
 from control_plane.services.ids import new_id
 
@@ -76,12 +77,16 @@ def parse_bearer(header: str | None) -> str:
 def authenticate(session: Session, *, token: str, admin_token: str | None) -> Principal:
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal(scope=Scope.ADMIN, key_id="env")
-    row = session.exec(select(ApiKeyRow).where(ApiKeyRow.key_hash == hash_key(token))).first()
-    if row is None or row.revoked_at is not None:
+    # A prebuilt statement, no ORM object: this runs for every request with an uncached key.
+    row = sql.row(session, sql.API_KEY_BY_HASH, {"hash": hash_key(token)})
+    if row is None or row["revoked_at"] is not None:
         # One message for unknown and revoked keys: a caller learns nothing about which.
         raise Unauthenticated("unknown or revoked API key")
     return Principal(
-        scope=Scope(row.scope), key_id=row.id, tenant_id=row.tenant_id, node_id=row.node_id
+        scope=Scope(row["scope"]),
+        key_id=row["id"],
+        tenant_id=row["tenant_id"],
+        node_id=row["node_id"],
     )
 
 

@@ -200,15 +200,15 @@ def heartbeat(
     """
     telemetry = _telemetry_json(body)
     with db.read(snapshot=True) as session:
-        # Core statements, not ORM loads: this runs for every node every few seconds.
-        conn = session.connection()
-        state = conn.execute(sql.NODE_STATE, {"node": node_id}).first()
+        # Prebuilt statements on the DB-API cursor, not ORM loads: this runs for every node
+        # every few seconds.
+        state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
         if state is None:
             raise NotFound(f"node {node_id} not found")
         status, drain_requested_at, rotate_requested_at = state
         changes = _wanted(status, drain_requested_at, body) is not None
         if not changes and body.gpus:
-            health = dict(conn.execute(sql.NODE_GPU_HEALTH, {"node": node_id}).all())
+            health = dict(sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall())
             changes = any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
         reply = _reply(session, node_id, status, rotate_requested_at)
     if buffer is not None and not changes:
@@ -227,7 +227,7 @@ def heartbeat(
 def work(db: Database, *, node_id: str) -> HeartbeatReply:
     """The node's desired state now, with the cluster epoch it is as of."""
     with db.read(snapshot=True) as session:
-        state = session.connection().execute(sql.NODE_STATE, {"node": node_id}).first()
+        state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
         if state is None:
             raise NotFound(f"node {node_id} not found")
         return _reply(session, node_id, state[0], state[2])
@@ -242,7 +242,7 @@ def _reply(
         node_id=node_id,
         status=NodeStatus(status),
         assignments=desired_state(session, node_id),
-        epoch=session.connection().execute(sql.READ_EPOCH).scalar_one(),
+        epoch=sql.run(session, sql.READ_EPOCH).fetchone()[0],
         rotate_credential=rotate_requested_at is not None,
     )
 
@@ -303,7 +303,7 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
 
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
     """What the node must keep: active holds to warm/keep, allocations (and their commands)."""
-    rows = session.connection().execute(sql.NODE_ASSIGNMENTS, {"node": node_id}).all()
+    rows = sql.run(session, sql.NODE_ASSIGNMENTS, {"node": node_id}).fetchall()
     by_alloc: dict[str, list[str]] = defaultdict(list)
     by_hold: dict[str, list[str]] = defaultdict(list)
     for uuid, hold_id, allocation_id in rows:

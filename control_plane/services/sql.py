@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from control_plane.db.models import (
     AllocationRow,
+    ApiKeyRow,
     AssignmentRow,
     ClusterEpochRow,
     EventRow,
@@ -31,6 +32,7 @@ TENANT = TenantRow.__table__
 ALLOCATION = AllocationRow.__table__
 NODE = NodeRow.__table__
 GPU = GpuRow.__table__
+API_KEY = ApiKeyRow.__table__
 
 INSERT_EVENT = insert(EVENT)
 INSERT_ASSIGNMENT = insert(ASSIGNMENT)
@@ -107,6 +109,11 @@ QUEUED_BY_TENANT = (
 NODE_STATE = select(NODE.c.status, NODE.c.drain_requested_at, NODE.c.rotate_requested_at).where(
     NODE.c.id == bindparam("node")
 )
+# Every request whose key is not cached (a node's heartbeat, commonly: its key's cache entry
+# lasts about one heartbeat interval) looks its key up by hash.
+API_KEY_BY_HASH = select(
+    API_KEY.c.id, API_KEY.c.scope, API_KEY.c.tenant_id, API_KEY.c.node_id, API_KEY.c.revoked_at
+).where(API_KEY.c.key_hash == bindparam("hash"))
 NODE_GPU_HEALTH = select(GPU.c.uuid, GPU.c.healthy).where(GPU.c.node_id == bindparam("node"))
 NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
