@@ -221,7 +221,11 @@ def _json_body(headers: dict[bytes, bytes], body: bytes | None) -> Any:
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
     if body is None or content_type != b"application/json":
         raise _Decline
-    return json.loads(body)
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        # Not JSON, or nested past the decoder's depth: the route says which (400 or 422).
+        raise _Decline from None
 
 
 def _caller(scope: Scope, headers: dict[bytes, bytes], *scopes: KeyScope) -> Principal:

@@ -127,6 +127,13 @@ def test_what_is_not_ordinary_goes_to_the_route_with_its_body(cached: Api) -> No
         headers={**a, "content-type": "application/json"},
     )
     assert broken.status_code == 422
+    # Nested past the JSON decoder's depth: the route's 400, never a 500 from this path.
+    deep = api.http.post(
+        "/v1/allocations",
+        content=b"[" * 50_000 + b"]" * 50_000,
+        headers={**a, "content-type": "application/json"},
+    )
+    assert deep.status_code == 400 and deep.json()["error"]["code"] == "bad_request"
     # An admin may not allocate; no key at all is 401; a key sent twice is the route's call.
     assert api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=ADMIN).status_code == 403
     assert api.http.post("/v1/allocations", json={"gpu_count": 1}).status_code == 401
@@ -143,7 +150,7 @@ def test_what_is_not_ordinary_goes_to_the_route_with_its_body(cached: Api) -> No
     odd = api.http.delete("/v1/allocations/alloc_0123456789abcdef%0A", headers=a)
     assert odd.status_code == 422
     assert served(api, POST, "hot") == 1
-    assert served(api, POST, "framework") == 8
+    assert served(api, POST, "framework") == 9
     assert served(api, DELETE, "hot") == 0
 
 
