@@ -66,8 +66,8 @@ class HotRoutes:
         self.app = app
         # Children made once: labels() per request would cost a dict lookup and a lock.
         self._served = {
-            (route, path): counter.labels(f"{method} {route}", path)
-            for route, method in ((COLLECTION, "POST"), (ONE, "DELETE"), (TASK, "POST"))
+            (template, path): counter.labels(f"{method} {template}", path)
+            for template, method in ((COLLECTION, "POST"), (ONE, "DELETE"), (TASK, "POST"))
             for path in ("hot", "framework")
         }
 
@@ -100,9 +100,8 @@ class HotRoutes:
             if key_bytes is not None and not 1 <= len(key_bytes) <= 128:
                 raise _Decline
             model = AllocationCreate.model_validate(_json_body(headers, body))
-        except (_Decline, ValidationError, ValueError):
-            self._served[COLLECTION, "framework"].inc()
-            await self.app(scope, _replay(messages, receive), send)
+        except (_Decline, ValidationError):
+            await self._decline(COLLECTION, scope, _replay(messages, receive), send)
             return
         key = key_bytes.decode("latin-1") if key_bytes is not None else None
         state = scope["app"].state
@@ -119,15 +118,14 @@ class HotRoutes:
             use_case=lambda session, now: allocations.create(
                 session, tenant_id=tenant_id, body=model, now=now, max_queued=max_queued
             ),
-            route=(COLLECTION, "POST"),
+            template=COLLECTION,
         )
 
     async def _release(self, scope: Scope, receive: Receive, send: Send, alloc_id: str) -> None:
         try:
             who = _caller(scope, _headers(scope), KeyScope.TENANT, KeyScope.ADMIN)
         except _Decline:
-            self._served[ONE, "framework"].inc()
-            await self.app(scope, receive, send)
+            await self._decline(ONE, scope, receive, send)
             return
         tenant_id = who.tenant_id
         await self._answer(
@@ -138,7 +136,7 @@ class HotRoutes:
                 200,
                 allocations.release(session, tenant_id=tenant_id, allocation_id=alloc_id, now=now),
             ),
-            route=(ONE, "DELETE"),
+            template=ONE,
         )
 
     async def _report_task(
@@ -152,9 +150,8 @@ class HotRoutes:
             if who.scope == KeyScope.NODE and who.node_id != node_id:
                 raise _Decline
             report = TaskReport.model_validate(_json_body(headers, body))
-        except (_Decline, ValidationError, ValueError):
-            self._served[TASK, "framework"].inc()
-            await self.app(scope, _replay(messages, receive), send)
+        except (_Decline, ValidationError):
+            await self._decline(TASK, scope, _replay(messages, receive), send)
             return
         await self._answer(
             scope,
@@ -166,10 +163,15 @@ class HotRoutes:
                     session, node_id=node_id, allocation_id=alloc_id, body=report, now=now
                 ),
             ),
-            route=(TASK, "POST"),
+            template=TASK,
         )
 
     # Shared steps
+
+    async def _decline(self, template: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Not the ordinary case: the framework's route answers it."""
+        self._served[template, "framework"].inc()
+        await self.app(scope, receive, send)
 
     async def _answer(
         self,
@@ -177,12 +179,12 @@ class HotRoutes:
         send: Send,
         who: Principal,
         *,
-        route: tuple[str, str],
+        template: str,
         **command: Any,
     ) -> None:
         # The request log and metrics name the route by its template, read from here.
-        scope["route"] = _TEMPLATES[route[0]]
-        self._served[route[0], "hot"].inc()
+        scope["route"] = _TEMPLATES[template]
+        self._served[template, "hot"].inc()
         state = scope["app"].state
         try:
             if state.rate_limiter is not None:

@@ -9,7 +9,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import metadata
 
 from control_plane.node_agent.client import (
@@ -27,6 +26,7 @@ from control_plane.node_agent.identity import CREDENTIAL_PREFIX, CredentialStore
 from control_plane.node_agent.local import HOLD_WARMUP, Report
 from control_plane.node_agent.procs import ChildRegistry
 from control_plane.node_agent.reconcile import Work
+from control_plane.node_agent.senders import Outcome, ReportSenders
 from control_plane.node_agent.telemetry import HostProbe, gpu_telemetry
 from control_plane.schemas.enums import NodeStatus, TaskStatus
 from control_plane.schemas.nodes import (
@@ -42,8 +42,6 @@ log = logging.getLogger("jitgpu.node")
 
 EXIT_OK, EXIT_REFUSED = 0, 3
 FINAL_TASK_STATUSES = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
-# Reports in flight at once: one per target, as many targets as a node has GPUs, commonly.
-REPORT_SENDERS = 8
 
 
 def agent_version() -> str:
@@ -114,9 +112,7 @@ class Agent:
         self._pushed: HeartbeatReply | None = None
         self._pushed_lock = threading.Lock()
         self._epoch: int | None = None
-        # Reports side by side, off the loop (flush); the sends in flight, by target.
-        self._senders: ThreadPoolExecutor | None = None
-        self._in_flight: dict[str, Future[list[tuple[Report, Exception | None]]]] = {}
+        self.senders = ReportSenders(self._send, self.wake.set)  # reports off the loop
 
     def request_stop(self) -> None:
         """Safe from a signal handler: the loop notices at once and shuts down."""
@@ -333,46 +329,22 @@ class Agent:
     def flush(self, *, wait: bool = True) -> None:
         """Send every due report; raises Unreachable (the rest wait for the next round).
 
-        With `wait=False` the reports go out on sender threads and the loop goes on (it
-        starts the next job meanwhile: one at a time, two reports per job held it up for
-        their round trips); their outcomes are taken in at a later flush, which the senders
-        wake the loop for. A target's reports are never in flight twice."""
+        With `wait=False` the reports go out on sender threads and the loop goes on to start
+        the next job; their outcomes are taken in at a later flush, which the senders wake
+        the loop for (senders.py)."""
         if self.node_id is None:
             return
         if wait:
-            for future in list(self._in_flight.values()):
-                future.result()
+            self.senders.wait()
         # What failed stops this flush before anything new is sent (the round backs off).
-        self._take_in(self._collect())
-        by_target: dict[str, list[Report]] = {}
-        for report in self.work.due_reports():
-            if report.target not in self._in_flight:
-                by_target.setdefault(report.target, []).append(report)
-        if wait and len(by_target) == 1:
-            self._take_in(self._send_in_order(next(iter(by_target.values()))))
-        elif by_target:
-            if self._senders is None:
-                self._senders = ThreadPoolExecutor(REPORT_SENDERS, thread_name_prefix="report")
-            for target, group in by_target.items():
-                future = self._senders.submit(self._send_in_order, group)
-                self._in_flight[target] = future
-                future.add_done_callback(lambda _: self.wake.set())
-            if wait:
-                for future in list(self._in_flight.values()):
-                    future.result()
-                self._take_in(self._collect())
+        self._take_in(self.senders.finished())
+        self.senders.start(list(self.work.due_reports()))
+        if wait:
+            self.senders.wait()
+            self._take_in(self.senders.finished())
         self.work.tick()
 
-    def _collect(self) -> list[tuple[Report, Exception | None]]:
-        """The outcomes of the sends that finished."""
-        outcomes: list[tuple[Report, Exception | None]] = []
-        for target, future in list(self._in_flight.items()):
-            if future.done():
-                del self._in_flight[target]
-                outcomes += future.result()
-        return outcomes
-
-    def _take_in(self, outcomes: list[tuple[Report, Exception | None]]) -> None:
+    def _take_in(self, outcomes: list[Outcome]) -> None:
         ended = False
         failure: Exception | None = None
         for report, exc in outcomes:
@@ -394,20 +366,6 @@ class Agent:
             # The exit freed GPUs that the server may have handed on already, perhaps to
             # this node: without a long poll, ask now rather than at the next heartbeat.
             self.fetch_work()
-
-    def _send_in_order(self, reports: list[Report]) -> list[tuple[Report, Exception | None]]:
-        outcomes: list[tuple[Report, Exception | None]] = []
-        for report in reports:
-            try:
-                self._send(report)
-            except (NotFound, Rejected) as exc:
-                outcomes.append((report, exc))
-            except Exception as exc:  # Unreachable, Refused: the rest of this target waits
-                outcomes.append((report, exc))
-                break
-            else:
-                outcomes.append((report, None))
-        return outcomes
 
     def _send(self, report: Report) -> None:
         assert self.node_id is not None
@@ -500,8 +458,7 @@ class Agent:
                 log.info("reported drain to the control plane")
             except ApiError as exc:
                 log.warning("could not report the drain: %s", exc)
-        if self._senders is not None:
-            self._senders.shutdown(wait=True)
+        self.senders.close()
         self.backend.close()
         log.info("node agent stopped")
 

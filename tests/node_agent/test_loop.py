@@ -409,22 +409,23 @@ class GatedControlPlane(ScriptedControlPlane):
         super().report_task(node_id, alloc_id, body)
 
 
-def _exited(agent: Agent, *ids: str) -> None:
-    for i in ids:
-        task = agent.work.allocations[i].task
-        assert task is not None
-        task.join(10)
+def _two_exited(tmp_path: Path, cp: ScriptedControlPlane) -> Agent:
+    """An agent whose two allocations' tasks ran and exited, their reports not yet sent."""
+    agent = make(tmp_path, cp)
+    cp.assignments = [alloc("a1", ["GPU-a"], ["true"]), alloc("a2", ["GPU-b"], ["true"])]
+    agent.apply(cp.heartbeat("node_1", agent.heartbeat_body()))
+    agent.node_id = "node_1"
+    for local in agent.work.allocations.values():
+        assert local.task is not None
+        local.task.join(10)
+    return agent
 
 
 def test_reports_go_out_off_the_loop_side_by_side_and_are_taken_in_later(
     tmp_path: Path,
 ) -> None:
     cp = GatedControlPlane()
-    agent = make(tmp_path, cp)
-    cp.assignments = [alloc("a1", ["GPU-a"], ["true"]), alloc("a2", ["GPU-b"], ["true"])]
-    agent.apply(cp.heartbeat("node_1", agent.heartbeat_body()))
-    agent.node_id = "node_1"
-    _exited(agent, "a1", "a2")
+    agent = _two_exited(tmp_path, cp)
     # The loop's flush does not wait for the answers: both reports are in flight at once.
     agent.flush(wait=False)
     assert cp.arrived.acquire(timeout=10) and cp.arrived.acquire(timeout=10)
@@ -444,18 +445,10 @@ def test_a_report_that_failed_off_the_loop_fails_the_next_flush_and_is_sent_agai
     tmp_path: Path,
 ) -> None:
     cp = ScriptedControlPlane()
-    agent = make(tmp_path, cp)
-    cp.assignments = [alloc("a1", ["GPU-a"], ["true"]), alloc("a2", ["GPU-b"], ["true"])]
-    agent.apply(cp.heartbeat("node_1", agent.heartbeat_body()))
-    agent.node_id = "node_1"
-    _exited(agent, "a1", "a2")
+    agent = _two_exited(tmp_path, cp)
     cp.failures["task"] = [Unreachable("timeout")]
     agent.flush(wait=False)
-    wait_for(
-        lambda: not agent._in_flight or all(f.done() for f in agent._in_flight.values()),
-        timeout=10,
-        what="both sends done",
-    )
+    agent.senders.wait()  # both sends answered, one of them with the failure
     with pytest.raises(Unreachable):
         agent.flush(wait=False)  # the failure reaches the loop, which backs off
     agent.flush()
