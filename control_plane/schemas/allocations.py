@@ -14,8 +14,10 @@ from control_plane.schemas.common import (
     MAX_TTL_S,
     MULTILINE,
     GpuModel,
+    JsonInt,
     Label,
     ObjectId,
+    OptionalJsonInt,
     UtcDatetime,
     WireModel,
 )
@@ -42,9 +44,9 @@ class AssignedGpu(BaseModel):
 
 
 class AllocationCreate(WireModel):
-    gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
+    gpu_count: JsonInt = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
     gpu_model: GpuModel | None = None
-    lease_s: int | None = Field(
+    lease_s: OptionalJsonInt = Field(
         default=None,
         ge=1,
         le=MAX_LEASE_S,
@@ -70,7 +72,7 @@ class AllocationCreate(WireModel):
 
 
 class AllocationRenew(WireModel):
-    lease_s: int | None = Field(
+    lease_s: OptionalJsonInt = Field(
         default=None,
         ge=1,
         le=MAX_LEASE_S,
@@ -119,7 +121,7 @@ class HoldCreate(WireModel):
         extra="forbid", json_schema_extra={"not": {"required": ["start_at", "start_in_s"]}}
     )
 
-    gpu_count: int = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
+    gpu_count: JsonInt = Field(ge=1, le=MAX_GPUS_PER_REQUEST)
     gpu_model: GpuModel | None = None
     start_at: UtcDatetime | None = Field(
         default=None, description="When the job is expected; default now (or now + start_in_s)."
@@ -131,10 +133,10 @@ class HoldCreate(WireModel):
         le=MAX_TTL_S,
         description="Alternative to start_at, relative to now.",
     )
-    ttl_s: int = Field(
+    ttl_s: JsonInt = Field(
         ge=1, le=MAX_TTL_S, description="Hold stays claimable until start_at + ttl_s."
     )
-    lead_s: int | None = Field(
+    lead_s: OptionalJsonInt = Field(
         default=None,
         ge=0,
         le=MAX_LEAD_S,
@@ -155,14 +157,14 @@ class HoldCreate(WireModel):
 
 
 class HoldClaim(WireModel):
-    gpu_count: int | None = Field(
+    gpu_count: OptionalJsonInt = Field(
         default=None,
         ge=1,
         le=MAX_GPUS_PER_REQUEST,
         description="Take only this many of the hold's GPUs (at most its gpu_count); the "
         "rest are released at once. Default: all of them.",
     )
-    lease_s: int | None = Field(default=None, ge=1, le=MAX_LEASE_S)
+    lease_s: OptionalJsonInt = Field(default=None, ge=1, le=MAX_LEASE_S)
     command: Command | None = None
     label: Label | None = None
     job_class: JobClass = Field(

@@ -7,14 +7,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from control_plane.schemas.common import Label, Name, ObjectId, WireModel
+from control_plane.schemas.common import JsonInt, Label, Name, ObjectId, WireModel
 
 MAX_ENROL_TTL_S = 30 * 86400
 
 
 class EnrolTokenCreate(WireModel):
     node_name: Name = Field(description="The only node name this token can enrol.")
-    ttl_s: int = Field(default=3600, ge=1, le=MAX_ENROL_TTL_S)
+    ttl_s: JsonInt = Field(default=3600, ge=1, le=MAX_ENROL_TTL_S)
     single_use: bool = Field(strict=True, default=True)
     label: Label | None = None
 

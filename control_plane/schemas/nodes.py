@@ -12,9 +12,11 @@ from control_plane.schemas.common import (
     PLAIN,
     SCRUB,
     GpuModel,
+    JsonInt,
     Label,
     Name,
     NonEmptyLabel,
+    OptionalJsonInt,
     ReportedText,
     WireModel,
 )
@@ -26,8 +28,8 @@ GpuUuid = Annotated[str, Field(min_length=1, max_length=96), *PLAIN]
 class GpuSpec(WireModel):
     uuid: GpuUuid
     model: GpuModel
-    memory_mb: int = Field(ge=0, le=10_000_000)
-    index: int | None = Field(default=None, ge=0, le=1024)
+    memory_mb: JsonInt = Field(ge=0, le=10_000_000)
+    index: OptionalJsonInt = Field(default=None, ge=0, le=1024)
 
 
 class NodeRegister(WireModel):
@@ -66,17 +68,17 @@ class GpuTelemetry(WireModel):
     uuid: GpuUuid
     healthy: bool = Field(default=True, strict=True)
     reason: Annotated[str, Field(max_length=256), SCRUB] | None = None
-    memory_used_mb: int | None = Field(default=None, ge=0, le=10_000_000)
+    memory_used_mb: OptionalJsonInt = Field(default=None, ge=0, le=10_000_000)
     utilization_pct: float | None = Field(strict=True, default=None, ge=0, le=100)
     temperature_c: float | None = Field(strict=True, default=None, ge=-100, le=300)
     power_w: float | None = Field(strict=True, default=None, ge=0, le=100_000)
-    ecc_uncorrected: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    ecc_uncorrected: OptionalJsonInt = Field(default=None, ge=0, le=2**31 - 1)
 
 
 class HostTelemetry(WireModel):
     cpu_pct: float | None = Field(strict=True, default=None, ge=0, le=100 * 1024)
     memory_pct: float | None = Field(strict=True, default=None, ge=0, le=100)
-    cache_disk_free_mb: int | None = Field(default=None, ge=0, le=2**53)
+    cache_disk_free_mb: OptionalJsonInt = Field(default=None, ge=0, le=2**53)
 
 
 class Heartbeat(WireModel):
@@ -138,7 +140,7 @@ class NodeWork(HeartbeatReply):
 class WarmupReport(WireModel):
     ok: bool = Field(strict=True)
     warmup_s: float = Field(strict=True, ge=0, le=86400)
-    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    exit_code: OptionalJsonInt = Field(default=None, ge=-(2**31), le=2**31 - 1)
     output_tail: ReportedText | None = None
     started: bool = Field(
         strict=True, default=False, description="True when warming has only started."
@@ -147,5 +149,5 @@ class WarmupReport(WireModel):
 
 class TaskReport(WireModel):
     status: TaskStatus
-    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    exit_code: OptionalJsonInt = Field(default=None, ge=-(2**31), le=2**31 - 1)
     output_tail: ReportedText | None = None

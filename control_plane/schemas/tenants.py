@@ -9,9 +9,11 @@ from pydantic import BaseModel, Field
 from control_plane.schemas.common import (
     MAX_QUOTA_GPUS,
     MAX_TTL_S,
+    JsonInt,
     Label,
     Name,
     NonEmptyLabel,
+    OptionalJsonInt,
     WireModel,
 )
 from control_plane.schemas.enums import Scope
@@ -19,8 +21,8 @@ from control_plane.schemas.enums import Scope
 
 class TenantCreate(WireModel):
     name: Name
-    quota_gpus: int = Field(ge=0, le=MAX_QUOTA_GPUS, description="Guaranteed GPUs.")
-    burst_gpus: int = Field(
+    quota_gpus: JsonInt = Field(ge=0, le=MAX_QUOTA_GPUS, description="Guaranteed GPUs.")
+    burst_gpus: JsonInt = Field(
         default=0,
         ge=0,
         le=MAX_QUOTA_GPUS,
@@ -41,8 +43,8 @@ class TenantCreate(WireModel):
 
 
 class TenantUpdate(WireModel):
-    quota_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
-    burst_gpus: int | None = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
+    quota_gpus: OptionalJsonInt = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
+    burst_gpus: OptionalJsonInt = Field(default=None, ge=0, le=MAX_QUOTA_GPUS)
     online_share: float | None = Field(
         strict=True, default=None, ge=0, le=1, description="An explicit null removes the split."
     )
@@ -86,7 +88,7 @@ class ApiKeyInfo(BaseModel):
 class TenantPolicy(WireModel):
     """Server-side limits on a tenant's speculative holds, enforced whatever an agent asks."""
 
-    max_held_gpus: int = Field(
+    max_held_gpus: JsonInt = Field(
         default=8, ge=0, le=MAX_QUOTA_GPUS, description="GPUs in active holds at once."
     )
     max_idle_gpu_hours_per_day: float = Field(
@@ -96,7 +98,7 @@ class TenantPolicy(WireModel):
         le=1_000_000,
         description="Held-but-unclaimed GPU-hours per UTC day.",
     )
-    max_hold_ttl_s: int = Field(default=3600, ge=1, le=MAX_TTL_S)
+    max_hold_ttl_s: JsonInt = Field(default=3600, ge=1, le=MAX_TTL_S)
     allowed_warmups: list[NonEmptyLabel] | None = Field(
         default=None, max_length=64, description="Warm-up profiles allowed; null allows any."
     )
@@ -116,7 +118,7 @@ class TenantPolicy(WireModel):
 
 class TenantPolicyInfo(TenantPolicy):
     tenant_id: str
-    held_gpus: int = Field(description="GPUs in this tenant's active holds now.")
+    held_gpus: JsonInt = Field(description="GPUs in this tenant's active holds now.")
     idle_gpu_hours_today: float = Field(
         strict=True, description="Idle held GPU-hours charged today (UTC)."
     )

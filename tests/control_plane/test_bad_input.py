@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 from fastapi import Request
+from pydantic import ValidationError
 from sqlalchemy import text
 
 from control_plane.db.engine import Database
+from control_plane.schemas.common import JsonInt, WireModel
 from tests.control_plane.conftest import ADMIN, Api
 
 
@@ -210,3 +212,19 @@ def test_a_value_the_database_refuses_is_422_not_500(api: Api, db: Database) -> 
     r = api.http.post("/test/store", headers=ADMIN)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["code"] == "invalid_request"
+
+
+def test_an_integer_field_of_a_request_body_must_be_json_int() -> None:
+    # A plain int takes true and "3"; the body classes refuse to be made with one.
+    with pytest.raises(TypeError, match="JsonInt"):
+
+        class Body(WireModel):
+            count: int
+
+    class Checked(WireModel):
+        count: JsonInt
+
+    for bad in (True, "3"):
+        with pytest.raises(ValidationError, match="must be an integer"):
+            Checked.model_validate({"count": bad})
+    assert Checked.model_validate({"count": 3.0}).count == 3
