@@ -1,37 +1,45 @@
-"""Allocate, release and task reports without the framework's per-request machinery, alike.
+"""Allocate, release, task reports and heartbeats without the framework's per-request machinery.
 
-`POST /v1/allocations`, `DELETE /v1/allocations/{id}` and a node's task reports (`POST
-/v1/nodes/{node}/allocations/{id}/task`, two per job) are most of what a busy control plane
-serves. FastAPI's routing, dependency solving, exception middleware and response classes
-cost more CPU per request than the write itself (measured in BENCHMARKS.md), so this
-middleware serves the ordinary case of these routes directly: a cached key of the right
-scope (a node's for its own node), a JSON body that validates, no query string. Everything
-else (a key not yet cached, a body that fails validation, a duplicated header, an odd
-content type, a node acting as another) is handed, with the body it read, to the FastAPI
-route, which answers it as it always did. Once a request is served here, it is served by the
-same service calls, the same writer and the same error mapping as the route; the route stays
-the documented (OpenAPI) and tested contract.
+`POST /v1/allocations`, `DELETE /v1/allocations/{id}`, a node's task reports (`POST
+/v1/nodes/{node}/allocations/{id}/task`, two per job) and its heartbeats (`hotbeat.py`) are
+most of what a busy control plane serves. FastAPI's routing, dependency solving, exception
+middleware and response classes cost more CPU per request than the write itself (measured in
+BENCHMARKS.md), so this middleware serves the ordinary case of these routes directly: a
+cached key of the right scope (a node's for its own node), a JSON body that validates, no
+query string. Everything else (a key not yet cached, a body that fails validation, a
+duplicated header, an odd content type, a node acting as another) is handed, with the body
+it read, to the FastAPI route, which answers it as it always did. Once a request is served
+here, it is served by the same service calls, the same writer and the same error mapping as
+the route; the route stays the documented (OpenAPI) and tested contract.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from control_plane.api.errors import response_for
+from control_plane.api.asgisteps import (
+    Decline,
+    answer,
+    answer_error,
+    bearer,
+    headers_of,
+    json_body,
+    read_body,
+    replay,
+)
+from control_plane.api.hotbeat import HEARTBEAT, heartbeat
 from control_plane.schemas.allocations import AllocationCreate
 from control_plane.schemas.common import ID_PATTERN
 from control_plane.schemas.enums import Scope as KeyScope
 from control_plane.schemas.nodes import TaskReport
-from control_plane.services import allocations, auth, idempotency, tasks
+from control_plane.services import allocations, idempotency, tasks
 from control_plane.services.auth import Principal
-from control_plane.services.errors import Unauthenticated
 
 COLLECTION = "/v1/allocations"
 ONE = "/v1/allocations/{allocation_id}"
@@ -40,9 +48,7 @@ _ITEM_PREFIX = COLLECTION + "/"
 _ID = re.compile(ID_PATTERN)
 _BARE_ID = ID_PATTERN.strip("^$")
 _TASK = re.compile(f"/v1/nodes/({_BARE_ID})/allocations/({_BARE_ID})/task")
-# The headers this path reads; any of them twice, and the framework decides what it means.
-_READ = (b"authorization", b"content-type", b"idempotency-key")
-_JSON_HEADERS = [(b"content-type", b"application/json")]
+_HEARTBEAT = re.compile(f"/v1/nodes/({_BARE_ID})/heartbeat")
 
 
 @dataclass(frozen=True)
@@ -52,22 +58,24 @@ class RouteTemplate:
     path: str
 
 
-_TEMPLATES = {t: RouteTemplate(t) for t in (COLLECTION, ONE, TASK)}
-
-
-class _Decline(Exception):
-    """Not the ordinary case: the framework's route answers this request."""
+_TEMPLATES = {t: RouteTemplate(t) for t in (COLLECTION, ONE, TASK, HEARTBEAT)}
 
 
 class HotRoutes:
-    """Serve the ordinary allocate and release requests; pass every other request on."""
+    """Serve the ordinary allocate, release, task report and heartbeat requests; pass every
+    other request on."""
 
     def __init__(self, app: ASGIApp, counter: Counter) -> None:
         self.app = app
         # Children made once: labels() per request would cost a dict lookup and a lock.
         self._served = {
             (template, path): counter.labels(f"{method} {template}", path)
-            for template, method in ((COLLECTION, "POST"), (ONE, "DELETE"), (TASK, "POST"))
+            for template, method in (
+                (COLLECTION, "POST"),
+                (ONE, "DELETE"),
+                (TASK, "POST"),
+                (HEARTBEAT, "POST"),
+            )
             for path in ("hot", "framework")
         }
 
@@ -86,22 +94,24 @@ class HotRoutes:
             await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
         elif method == "POST" and (task := _TASK.fullmatch(path)) is not None:
             await self._report_task(scope, receive, send, task.group(1), task.group(2))
+        elif method == "POST" and (beat := _HEARTBEAT.fullmatch(path)) is not None:
+            await heartbeat(self, scope, receive, send, beat.group(1))
         else:
             await self.app(scope, receive, send)
 
     # The two routes
 
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        messages, body = await _read_body(receive)
+        messages, body = await read_body(receive)
         try:
-            headers = _headers(scope)
+            headers = headers_of(scope)
             who = _caller(scope, headers, KeyScope.TENANT)
             key_bytes = headers.get(b"idempotency-key")
             if key_bytes is not None and not 1 <= len(key_bytes) <= 128:
-                raise _Decline
-            model = AllocationCreate.model_validate(_json_body(headers, body))
-        except (_Decline, ValidationError):
-            await self._decline(COLLECTION, scope, _replay(messages, receive), send)
+                raise Decline
+            model = AllocationCreate.model_validate(json_body(headers, body))
+        except (Decline, ValidationError):
+            await self.decline(COLLECTION, scope, replay(messages, receive), send)
             return
         key = key_bytes.decode("latin-1") if key_bytes is not None else None
         state = scope["app"].state
@@ -123,9 +133,9 @@ class HotRoutes:
 
     async def _release(self, scope: Scope, receive: Receive, send: Send, alloc_id: str) -> None:
         try:
-            who = _caller(scope, _headers(scope), KeyScope.TENANT, KeyScope.ADMIN)
-        except _Decline:
-            await self._decline(ONE, scope, receive, send)
+            who = _caller(scope, headers_of(scope), KeyScope.TENANT, KeyScope.ADMIN)
+        except Decline:
+            await self.decline(ONE, scope, receive, send)
             return
         tenant_id = who.tenant_id
         await self._answer(
@@ -142,16 +152,16 @@ class HotRoutes:
     async def _report_task(
         self, scope: Scope, receive: Receive, send: Send, node_id: str, alloc_id: str
     ) -> None:
-        messages, body = await _read_body(receive)
+        messages, body = await read_body(receive)
         try:
-            headers = _headers(scope)
+            headers = headers_of(scope)
             who = _caller(scope, headers, KeyScope.NODE, KeyScope.ADMIN)
             # A node's credential acts as its own node only; the route says why not (403).
             if who.scope == KeyScope.NODE and who.node_id != node_id:
-                raise _Decline
-            report = TaskReport.model_validate(_json_body(headers, body))
-        except (_Decline, ValidationError):
-            await self._decline(TASK, scope, _replay(messages, receive), send)
+                raise Decline
+            report = TaskReport.model_validate(json_body(headers, body))
+        except (Decline, ValidationError):
+            await self.decline(TASK, scope, replay(messages, receive), send)
             return
         await self._answer(
             scope,
@@ -168,7 +178,7 @@ class HotRoutes:
 
     # Shared steps
 
-    async def _decline(self, template: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def decline(self, template: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Not the ordinary case: the framework's route answers it."""
         self._served[template, "framework"].inc()
         await self.app(scope, receive, send)
@@ -182,52 +192,22 @@ class HotRoutes:
         template: str,
         **command: Any,
     ) -> None:
-        # The request log and metrics name the route by its template, read from here.
-        scope["route"] = _TEMPLATES[template]
-        self._served[template, "hot"].inc()
+        self.serving(scope, template)
         state = scope["app"].state
         try:
             if state.rate_limiter is not None:
                 state.rate_limiter.charge(who)
             status, text = await state.writer.call(**command)
         except Exception as exc:  # mapped exactly as the framework's handlers map it
-            await response_for(exc)(scope, _no_body, send)
+            await answer_error(scope, send, exc)
             return
-        body = text.encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await answer(send, status, text.encode())
 
-
-def _headers(scope: Scope) -> dict[bytes, bytes]:
-    """The headers this path reads; declines a query string (no route here takes one) and
-    a header it reads sent twice."""
-    if scope.get("query_string"):
-        raise _Decline
-    found: dict[bytes, bytes] = {}
-    for name, value in scope["headers"]:
-        if name in _READ:
-            if name in found:
-                raise _Decline
-            found[name] = value
-    return found
-
-
-def _json_body(headers: dict[bytes, bytes], body: bytes | None) -> Any:
-    """The parsed JSON body of a request that says it sends JSON; else decline."""
-    content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-    if body is None or content_type != b"application/json":
-        raise _Decline
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        # Not JSON, or nested past the decoder's depth: the route says which (400 or 422).
-        raise _Decline from None
+    def serving(self, scope: Scope, template: str) -> None:
+        """Count the request as served here; the request log and metrics name the route by
+        its template, read from `scope["route"]`."""
+        scope["route"] = _TEMPLATES[template]
+        self._served[template, "hot"].inc()
 
 
 def _caller(scope: Scope, headers: dict[bytes, bytes], *scopes: KeyScope) -> Principal:
@@ -235,42 +215,7 @@ def _caller(scope: Scope, headers: dict[bytes, bytes], *scopes: KeyScope) -> Pri
 
     A key not in the cache (first use, or expired from it) goes through the framework's
     dependency, which looks it up and caches it; so does every refusal."""
-    raw = headers.get(b"authorization")
-    try:
-        token = auth.parse_bearer(raw.decode("latin-1") if raw is not None else None)
-    except Unauthenticated:
-        raise _Decline from None
-    who = scope["app"].state.key_cache.get(token)
+    who = scope["app"].state.key_cache.get(bearer(headers))
     if who is None or who.scope not in scopes:
-        raise _Decline
+        raise Decline
     return who
-
-
-async def _read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
-    """Every message of the body, to replay if the framework takes over, and the body (None if
-    the client went away or a limit cut it off)."""
-    messages: list[Message] = []
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        messages.append(message)
-        if message["type"] != "http.request":
-            return messages, None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return messages, b"".join(chunks)
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replayed
-
-
-async def _no_body() -> Message:
-    return {"type": "http.request", "body": b"", "more_body": False}

@@ -42,6 +42,26 @@ class KeyCache:
                 return None
             return item[1]
 
+    def lookup(self, token: str) -> tuple[Principal, bool] | None:
+        """The cached principal and whether it is fresh (within `ttl_s`), keeping stale ones.
+
+        A caller may act on a stale entry only after checking the key again in the database
+        (the hot heartbeat does, in the worker thread it needs anyway): so a revocation still
+        takes effect within `ttl_s`, while a key used exactly once per `ttl_s` (a node's
+        heartbeat) does not pay a second trip to the thread pool for its lookup.
+        """
+        if self.ttl_s <= 0:
+            return None
+        with self._lock:
+            item = self._items.get(self._slot(token))
+        if item is None:
+            return None
+        return item[1], self._clock() - item[0] <= self.ttl_s
+
+    def forget(self, token: str) -> None:
+        with self._lock:
+            self._items.pop(self._slot(token), None)
+
     def put(self, token: str, principal: Principal) -> None:
         if self.ttl_s <= 0:
             return

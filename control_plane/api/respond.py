@@ -1,16 +1,21 @@
-"""Run write use cases through the group-commit writer (idempotently when a key is given)."""
+"""Writes through the group-commit writer (idempotent with a key); short reads where cheapest."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
+from control_plane.db.engine import Database, ReadWouldWait
 from control_plane.services import idempotency
 from control_plane.services.auth import Principal
+
+T = TypeVar("T")
 
 
 async def created(
@@ -37,6 +42,24 @@ async def written(request: Request, use_case: Callable[[Session, float], BaseMod
         use_case=lambda session, now: (200, use_case(session, now))
     )
     return json_text(text, status)
+
+
+async def read(db: Database, use_case: Callable[[Session], T]) -> T:
+    """Run a short read: on the event loop's thread where the database allows it (a local
+    SQLite file: the hop to a worker thread costs more than the read), else, or if the file
+    is busy, in a worker thread with a snapshot transaction."""
+    if db.loop_reads:
+        try:
+            with db.loop_read() as session:
+                return use_case(session)
+        except ReadWouldWait:
+            pass
+
+    def on_a_thread() -> T:
+        with db.read(snapshot=True) as session:
+            return use_case(session)
+
+    return await run_in_threadpool(on_a_thread)
 
 
 def json_text(text: str, status: int = 200) -> Response:

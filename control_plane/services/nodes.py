@@ -9,12 +9,9 @@ from sqlmodel import Session, col, select
 
 from control_plane.db.engine import Database
 from control_plane.db.models import (
-    AllocationRow,
     AssignmentRow,
     GpuRow,
-    HoldRow,
     NodeRow,
-    TenantRow,
 )
 from control_plane.schemas.common import utc_from_epoch
 from control_plane.schemas.enums import NodeStatus
@@ -198,39 +195,66 @@ def heartbeat(
     The common heartbeat (nothing changed but the telemetry) only reads and leaves the write
     to `buffer`, which many heartbeats share; a state change is written at once.
     """
-    telemetry = _telemetry_json(body)
     with db.read(snapshot=True) as session:
-        # Prebuilt statements on the DB-API cursor, not ORM loads: this runs for every node
-        # every few seconds.
-        state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
-        if state is None:
-            raise NotFound(f"node {node_id} not found")
-        status, drain_requested_at, rotate_requested_at = state
-        changes = _wanted(status, drain_requested_at, body) is not None
-        if not changes and body.gpus:
-            health = dict(sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall())
-            changes = any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus)
-        reply = _reply(session, node_id, status, rotate_requested_at)
-    if buffer is not None and not changes:
-        buffer.put(node_id, now, telemetry)
-        return reply
-    with db.write(placement=bool(changes)) as session:
+        if buffer is not None:
+            reply = unchanged_heartbeat(session, node_id=node_id, body=body, now=now, buffer=buffer)
+            if reply is not None:
+                return reply
+            changes = True
+        else:
+            changes = _changes(session, node_id, body)[1]
+    with db.write(placement=changes) as session:
         node = _node_or_404(session, node_id)
         node.last_heartbeat_at = now
-        node.telemetry_json = telemetry
+        node.telemetry_json = _telemetry_json(body)
         if changes:
             _apply_changes(session, node, body, now)
     # Read after the commit, so that the reply's epoch is that of the state it shows.
     return work(db, node_id=node_id)
 
 
+def unchanged_heartbeat(
+    session: Session, *, node_id: str, body: Heartbeat, now: float, buffer: HeartbeatBuffer
+) -> HeartbeatReply | None:
+    """The common heartbeat, in a read transaction: if it changes nothing but telemetry, put
+    that in `buffer` and return the reply; else None (`heartbeat` writes it at once)."""
+    (status, _, rotate_requested_at), changes = _changes(session, node_id, body)
+    if changes:
+        return None
+    reply = _reply(session, node_id, status, rotate_requested_at)
+    buffer.put(node_id, now, _telemetry_json(body))
+    return reply
+
+
+def _changes(session: Session, node_id: str, body: Heartbeat) -> tuple[tuple, bool]:
+    """The node's status, drain and rotation requests, and whether the heartbeat changes its
+    status or a GPU's health."""
+    # Prebuilt statements on the DB-API cursor, not ORM loads: this runs for every node
+    # every few seconds.
+    state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
+    if state is None:
+        raise NotFound(f"node {node_id} not found")
+    if _wanted(state[0], state[1], body) is not None:
+        return tuple(state), True
+    if body.gpus:
+        health = dict(sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall())
+        if any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus):
+            return tuple(state), True
+    return tuple(state), False
+
+
 def work(db: Database, *, node_id: str) -> HeartbeatReply:
     """The node's desired state now, with the cluster epoch it is as of."""
     with db.read(snapshot=True) as session:
-        state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
-        if state is None:
-            raise NotFound(f"node {node_id} not found")
-        return _reply(session, node_id, state[0], state[2])
+        return work_in(session, node_id=node_id)
+
+
+def work_in(session: Session, *, node_id: str) -> HeartbeatReply:
+    """`work`, in a read transaction the caller holds (one snapshot)."""
+    state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
+    if state is None:
+        raise NotFound(f"node {node_id} not found")
+    return _reply(session, node_id, state[0], state[2])
 
 
 def _reply(
@@ -247,16 +271,24 @@ def _reply(
     )
 
 
+# What a node's telemetry keeps of a heartbeat: each GPU's readings (health is stored apart).
+_TELEMETRY = {"draining": True, "gpus": {"__all__": {"healthy", "reason"}}}
+
+
 def _telemetry_json(body: Heartbeat) -> str:
-    return json.dumps(
-        {
-            "host": body.host.model_dump(exclude_none=True) if body.host else {},
-            "gpus": {
-                g.uuid: g.model_dump(exclude={"uuid", "healthy", "reason"}, exclude_none=True)
-                for g in body.gpus
-            },
-        }
-    )
+    """The stored form: `{"gpus": [{"uuid": ..., readings}], "host": {...}}`, serialised by
+    pydantic at once (a dict by uuid through json.dumps cost three times as much, on a path
+    every node takes every few seconds)."""
+    return body.model_dump_json(exclude=_TELEMETRY, exclude_none=True)
+
+
+def _gpu_telemetry(stored: dict) -> dict[str, dict]:
+    """Readings by GPU uuid, from either stored form (rows written before this one keep a
+    dict by uuid)."""
+    gpus = stored.get("gpus", {})
+    if isinstance(gpus, dict):
+        return gpus
+    return {g["uuid"]: {k: v for k, v in g.items() if k != "uuid"} for g in gpus}
 
 
 def _wanted(status: str, drain_requested_at: float | None, body: Heartbeat) -> NodeStatus | None:
@@ -311,45 +343,47 @@ def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
             by_alloc[allocation_id].append(uuid)
         elif hold_id:
             by_hold[hold_id].append(uuid)
-    out: list[NodeAssignment] = []
+    # Prebuilt statements by node, not ORM loads by id: a busy node reads these with every
+    # heartbeat and every work poll. In the order the GPUs were assigned.
+    holds = {}
     if by_hold:
-        holds = session.exec(
-            select(HoldRow, TenantRow.name)
-            .join(TenantRow, col(TenantRow.id) == col(HoldRow.tenant_id))
-            .where(col(HoldRow.id).in_(list(by_hold)))
-        )
-        for hold, tenant_name in holds:
-            out.append(
-                NodeAssignment(
-                    kind="hold",
-                    id=hold.id,
-                    status=hold.status,
-                    gpu_uuids=by_hold[hold.id],
-                    warmup=hold.warmup,
-                    expires_at=utc_from_epoch(hold.expires_at),
-                    start_at=utc_from_epoch(hold.start_at),
-                    tenant=tenant_name,
-                )
-            )
+        holds = {r[0]: r for r in sql.run(session, sql.NODE_HOLDS, {"node": node_id})}
+    allocs = {}
     if by_alloc:
-        allocs = session.exec(
-            select(AllocationRow).where(col(AllocationRow.id).in_(list(by_alloc)))
-        )
-        for alloc in allocs:
-            out.append(
-                NodeAssignment(
-                    kind="allocation",
-                    id=alloc.id,
-                    status=alloc.status,
-                    gpu_uuids=by_alloc[alloc.id],
-                    command=json.loads(alloc.command_json) if alloc.command_json else None,
-                    task_status=alloc.task_status,
-                    # Warm only what is not usable yet; a ready allocation needs nothing.
-                    warmup=alloc.warmup if alloc.ready_at is None else None,
-                    expires_at=utc_from_epoch(alloc.expires_at),
-                    hold_id=alloc.hold_id,
-                )
+        allocs = {r[0]: r for r in sql.run(session, sql.NODE_ALLOCATIONS, {"node": node_id})}
+    out: list[NodeAssignment] = []
+    for hold_id, uuids in by_hold.items():
+        _, status, warmup, expires_at, start_at, tenant_name = holds[hold_id]
+        out.append(
+            NodeAssignment(
+                kind="hold",
+                id=hold_id,
+                status=status,
+                gpu_uuids=uuids,
+                warmup=warmup,
+                expires_at=utc_from_epoch(expires_at),
+                start_at=utc_from_epoch(start_at),
+                tenant=tenant_name,
             )
+        )
+    for alloc_id, uuids in by_alloc.items():
+        _, status, command_json, task_status, warmup, ready_at, expires_at, hold_id = allocs[
+            alloc_id
+        ]
+        out.append(
+            NodeAssignment(
+                kind="allocation",
+                id=alloc_id,
+                status=status,
+                gpu_uuids=uuids,
+                command=json.loads(command_json) if command_json else None,
+                task_status=task_status,
+                # Warm only what is not usable yet; a ready allocation needs nothing.
+                warmup=warmup if ready_at is None else None,
+                expires_at=utc_from_epoch(expires_at),
+                hold_id=hold_id,
+            )
+        )
     return out
 
 
@@ -369,7 +403,7 @@ def _node_views(session: Session, nodes: list[NodeRow]) -> list[Node]:
     out = []
     for node in nodes:
         telemetry = json.loads(node.telemetry_json) if node.telemetry_json else {}
-        gpu_tel = telemetry.get("gpus", {})
+        gpu_tel = _gpu_telemetry(telemetry)
         out.append(
             Node(
                 id=node.id,

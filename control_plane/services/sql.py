@@ -21,6 +21,7 @@ from control_plane.db.models import (
     ClusterEpochRow,
     EventRow,
     GpuRow,
+    HoldRow,
     NodeRow,
     TenantRow,
 )
@@ -30,6 +31,7 @@ EVENT = EventRow.__table__
 EPOCH = ClusterEpochRow.__table__
 TENANT = TenantRow.__table__
 ALLOCATION = AllocationRow.__table__
+HOLD = HoldRow.__table__
 NODE = NodeRow.__table__
 GPU = GpuRow.__table__
 API_KEY = ApiKeyRow.__table__
@@ -119,6 +121,39 @@ NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
     .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
     .order_by(ASSIGNMENT.c.id)
+)
+# What a node's desired state shows of its holds and allocations, by node (one row per GPU):
+# every heartbeat and work poll of a busy node reads them.
+_ON_NODE = (ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
+NODE_HOLDS = (
+    select(
+        HOLD.c.id,
+        HOLD.c.status,
+        HOLD.c.warmup,
+        HOLD.c.expires_at,
+        HOLD.c.start_at,
+        TENANT.c.name,
+    )
+    .select_from(
+        ASSIGNMENT.join(HOLD, HOLD.c.id == ASSIGNMENT.c.hold_id).join(
+            TENANT, TENANT.c.id == HOLD.c.tenant_id
+        )
+    )
+    .where(*_ON_NODE, ASSIGNMENT.c.allocation_id.is_(None))
+)
+NODE_ALLOCATIONS = (
+    select(
+        ALLOCATION.c.id,
+        ALLOCATION.c.status,
+        ALLOCATION.c.command_json,
+        ALLOCATION.c.task_status,
+        ALLOCATION.c.warmup,
+        ALLOCATION.c.ready_at,
+        ALLOCATION.c.expires_at,
+        ALLOCATION.c.hold_id,
+    )
+    .select_from(ASSIGNMENT.join(ALLOCATION, ALLOCATION.c.id == ASSIGNMENT.c.allocation_id))
+    .where(*_ON_NODE)
 )
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.deps import IdPath, admin, get_clock, get_db, node_or_admin, this_node
 from control_plane.api.errors import ERROR_RESPONSES
-from control_plane.api.respond import model_json, written
+from control_plane.api.respond import model_json, read, written
 from control_plane.db.engine import Database
 from control_plane.schemas.allocations import Allocation, Hold
 from control_plane.schemas.backends import BackendEvent, BackendEventReply
@@ -78,7 +77,7 @@ async def node_work(
         await board.wait(node_id, since, wait)
     # The version before the read: a change committed meanwhile shows in a later version too.
     version = board.version(node_id)
-    reply = await run_in_threadpool(nodes.work, db, node_id=node_id)
+    reply = await read(db, lambda session: nodes.work_in(session, node_id=node_id))
     return model_json(
         NodeWork(
             node_id=reply.node_id,
