@@ -11,6 +11,7 @@ in the command's savepoint, with its effect.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -40,6 +41,9 @@ class Command:
     key: str | None = None
     digest: str = ""
     answer: Future[tuple[int, str]] = field(default_factory=Future)
+    # Set by `call`: the event loop's own future, settled from `answer` with the rest of the
+    # batch in one hand-over to the loop (a wake-up per command cost more than its write).
+    waiter: asyncio.Future[tuple[int, str]] | None = None
 
 
 class _Alone:
@@ -77,24 +81,13 @@ class GroupWriter:
         """Queue the command and await its answer: (status, JSON text) once committed, or the
         exception the use case raised (its savepoint undone). The event loop serves other
         requests meanwhile."""
-        future = self.submit(use_case=use_case, owner=owner, key=key, fingerprint=fingerprint)
-        return await asyncio.wrap_future(future)
-
-    def submit(
-        self,
-        *,
-        use_case: UseCase,
-        owner: str = "",
-        key: str | None = None,
-        fingerprint: Callable[[], str] = str,
-    ) -> Future[tuple[int, str]]:
-        """Queue the command; the future of its answer."""
         idempotency.check_key(key)
         digest = fingerprint() if key is not None else ""
-        command = Command(use_case=use_case, owner=owner, key=key, digest=digest)
+        waiter = asyncio.get_running_loop().create_future()
+        command = Command(use_case=use_case, owner=owner, key=key, digest=digest, waiter=waiter)
         self._ensure_started()
         self._queue.put(command)
-        return command.answer
+        return await waiter
 
     def _ensure_started(self) -> None:
         if self._thread is not None:
@@ -137,6 +130,8 @@ class GroupWriter:
                 for c in commands:
                     if not c.answer.done():
                         c.answer.set_exception(exc)
+            finally:
+                _hand_over(commands)
 
     def apply_batch(self, commands: list[Command]) -> None:
         """Apply, commit once, then answer; on a failed transaction, one by one."""
@@ -211,3 +206,31 @@ class GroupWriter:
             )
         except Exception as exc:
             command.answer.set_exception(exc)
+
+
+def _hand_over(commands: list[Command]) -> None:
+    """Settle the waiting requests' futures from their answers: one call into each event
+    loop per batch."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Command]] = {}
+    for command in commands:
+        if command.waiter is not None:
+            by_loop.setdefault(command.waiter.get_loop(), []).append(command)
+    for loop, waiting in by_loop.items():
+        # A loop already closed has nobody left waiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, waiting)
+
+
+def _settle(commands: list[Command]) -> None:
+    for command in commands:
+        waiter = command.waiter
+        if waiter is None or waiter.done():  # the request went away meanwhile
+            continue
+        if not command.answer.done():  # never so (every path answers); never block the loop
+            waiter.set_exception(RuntimeError("the writer gave this command no answer"))
+            continue
+        error = command.answer.exception()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(command.answer.result())
