@@ -67,21 +67,21 @@ def create(
     if body.use_holds:
         # Automatic matching takes only a hold of exactly this shape: a bigger one may be
         # meant for a bigger job of the tenant's.
-        tenant = ensure_tenant(session, tenant_id)
+        # The tenant's row is loaded only for a claim: a tenant that does not exist has no
+        # holds, and the admission below answers it 404.
         match = claims.matching_hold(session, tenant_id=tenant_id, body=body, now=now)
         if match is not None:
-            claim = _claim_of(body)
-            return answer(claims.claim(session, tenant, match, claim, now=now))
+            tenant = ensure_tenant(session, tenant_id)
+            return answer(claims.claim(session, tenant, match, _claim_of(body), now=now))
     # Admission reads the tenant's quota only: no ORM object on the common path.
-    quota = hotpath.tenant_or_404(session, tenant_id)
-    waiting = granting.queued(session, tenant_id)
+    quota, waiting, running = hotpath.admission_of(session, tenant_id)
     if waiting >= max_queued:
         raise QueueFull(
             f"{waiting} requests of this tenant already wait in the queue, the most allowed; "
             "release or cancel some, or wait for them to run",
             field="gpu_count",
         )
-    wait = granting.admit(session, quota, body, queue_over_quota=True)  # type: ignore[arg-type]
+    wait = granting.admit(session, quota, body, queue_over_quota=True, usage=running)  # type: ignore[arg-type]
     values = hotpath.new_allocation(tenant_id, body, now)
     if wait is not None:
         feasible.check(session, gpu_count=body.gpu_count, gpu_model=body.gpu_model)

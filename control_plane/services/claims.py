@@ -11,34 +11,38 @@ from control_plane.db.engine import touch_nodes
 from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, TenantRow
 from control_plane.schemas.allocations import Allocation, AllocationCreate, HoldClaim
 from control_plane.schemas.enums import AllocationStatus, HoldStatus
-from control_plane.services import granting, lifecycle, placing
+from control_plane.services import granting, lifecycle, placing, sql
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Conflict, Invalid, NotFound, QuotaExceeded
 from control_plane.services.events import move
 from control_plane.services.ids import new_id
 from control_plane.services.views import allocation_view
 
-CLAIMABLE = (HoldStatus.PLACED.value, HoldStatus.WARMING.value, HoldStatus.READY.value)
+CLAIMABLE = tuple(s.value for s in sql.CLAIMABLE_HOLD_STATUSES)
 
 
 def matching_hold(
     session: Session, *, tenant_id: str, body: AllocationCreate, now: float
 ) -> HoldRow | None:
-    """The tenant's best claimable hold of exactly this shape: ready first, then warming."""
-    query = select(HoldRow).where(
-        HoldRow.tenant_id == tenant_id,
-        col(HoldRow.status).in_(CLAIMABLE),
-        HoldRow.gpu_count == body.gpu_count,
-        HoldRow.expires_at > now,
-    )
-    if body.gpu_model is not None:
-        query = query.where(HoldRow.gpu_model == body.gpu_model)
-    if body.warmup is not None:
-        # A job that asks for a warm-up profile is served only by GPUs warmed with that one.
-        query = query.where(HoldRow.warmup == body.warmup)
+    """The tenant's best claimable hold of exactly this shape: ready first, then warming.
+
+    A job that asks for a warm-up profile is served only by GPUs warmed with that one."""
+    found = sql.run(
+        session,
+        sql.CLAIMABLE_HOLDS,
+        {
+            "tenant": tenant_id,
+            "count": body.gpu_count,
+            "now": now,
+            "model": body.gpu_model,
+            "warmup": body.warmup,
+        },
+    ).fetchall()
+    if not found:
+        return None
     rank = {HoldStatus.READY.value: 0, HoldStatus.WARMING.value: 1, HoldStatus.PLACED.value: 2}
-    holds = sorted(session.exec(query).all(), key=lambda h: (rank[h.status], h.created_at))
-    return holds[0] if holds else None
+    best = min(found, key=lambda h: (rank[h[1]], h[2]))
+    return session.get(HoldRow, best[0])
 
 
 def claim_hold(

@@ -22,7 +22,7 @@ from control_plane.services.errors import QuotaExceeded
 from control_plane.services.events import move, record
 
 
-def usage(session: Session, tenant_id: str) -> TenantUsage:
+def running(session: Session, tenant_id: str) -> TenantUsage:
     """GPUs the tenant has allocated now: the quota limits what runs, not what waits."""
     rows = sql.run(session, sql.ALLOCATED_BY_CLASS, {"tenant": tenant_id}).fetchall()
     by_class = {job_class: int(total or 0) for job_class, total in rows}
@@ -30,11 +30,6 @@ def usage(session: Session, tenant_id: str) -> TenantUsage:
         online_gpus=by_class.get(JobClass.ONLINE.value, 0),
         batch_gpus=by_class.get(JobClass.BATCH.value, 0),
     )
-
-
-def queued(session: Session, tenant_id: str) -> int:
-    """How many of the tenant's requests wait in the queue now."""
-    return int(sql.run(session, sql.QUEUED_COUNT, {"tenant": tenant_id}).fetchone()[0])
 
 
 def quota_of(tenant: TenantRow) -> TenantQuota:
@@ -51,6 +46,7 @@ def admit(
     body: AllocationCreate | AllocationRow,
     *,
     queue_over_quota: bool = False,
+    usage: TenantUsage | None = None,
 ) -> str | None:
     """Refuse at once (429) what would take the tenant over its quota plus burst, or, with
     `queue_over_quota`, queue it until the tenant's running GPUs leave room.
@@ -61,7 +57,7 @@ def admit(
     """
     decision = check_quota(
         quota_of(tenant),
-        usage(session, tenant.id),
+        usage if usage is not None else running(session, tenant.id),
         body.gpu_count,
         JobClass(body.job_class),
         queue_over_quota=queue_over_quota,

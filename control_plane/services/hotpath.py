@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow
+from control_plane.scheduling.quotas import TenantUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import Allocation, AllocationCreate
 from control_plane.schemas.enums import AllocationStatus
@@ -26,12 +27,16 @@ ALLOCATED = AllocationStatus.ALLOCATED.value
 RELEASED = AllocationStatus.RELEASED.value
 
 
-def tenant_or_404(session: Session, tenant_id: str) -> SimpleNamespace:
-    """The tenant's row, read only (quota, weights): what admission needs."""
-    row = sql.row(session, sql.TENANT_BY_ID, {"id": tenant_id})
+def admission_of(session: Session, tenant_id: str) -> tuple[SimpleNamespace, int, TenantUsage]:
+    """The tenant's row, how many of its requests wait, and the GPUs it runs: one statement."""
+    row = sql.row(session, sql.TENANT_ADMISSION, {"id": tenant_id})
     if row is None:
         raise NotFound(f"tenant {tenant_id} not found")
-    return SimpleNamespace(**row)
+    queued = int(row.pop("queued"))
+    usage = TenantUsage(
+        online_gpus=int(row.pop("online_gpus")), batch_gpus=int(row.pop("batch_gpus"))
+    )
+    return SimpleNamespace(**row), queued, usage
 
 
 def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, func, insert, select, update
+from sqlalchemy import Executable, String, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
@@ -25,6 +25,7 @@ from control_plane.db.models import (
     NodeRow,
     TenantRow,
 )
+from control_plane.schemas.enums import HoldStatus, JobClass
 
 ASSIGNMENT = AssignmentRow.__table__
 EVENT = EventRow.__table__
@@ -47,7 +48,6 @@ END_ALLOCATION = (
     .where(ALLOCATION.c.id == bindparam("alloc"))
     .values(status=bindparam("to"), released_at=bindparam("at"), reason=bindparam("why"))
 )
-TENANT_BY_ID = select(TENANT).where(TENANT.c.id == bindparam("id"))
 
 END_ALLOCATION_ASSIGNMENTS = (
     update(ASSIGNMENT)
@@ -97,9 +97,28 @@ ALLOCATED_BY_CLASS = (
     .where(ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "allocated")
     .group_by(ALLOCATION.c.job_class)
 )
-QUEUED_COUNT = select(func.count()).where(
-    ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "pending"
-)
+# Admission's reads in one statement (a round trip each on PostgreSQL): the tenant's row,
+# how many of its requests wait, and the GPUs it runs by job class.
+_OWN = ALLOCATION.c.tenant_id == TENANT.c.id
+
+
+def _running(job_class: str) -> Any:
+    return (
+        select(func.coalesce(func.sum(ALLOCATION.c.gpu_count), 0))
+        .where(_OWN, ALLOCATION.c.status == "allocated", ALLOCATION.c.job_class == job_class)
+        .scalar_subquery()
+    )
+
+
+TENANT_ADMISSION = select(
+    TENANT,
+    select(func.count())
+    .where(_OWN, ALLOCATION.c.status == "pending")
+    .scalar_subquery()
+    .label("queued"),
+    _running(JobClass.ONLINE.value).label("online_gpus"),
+    _running(JobClass.BATCH.value).label("batch_gpus"),
+).where(TENANT.c.id == bindparam("id"))
 QUEUED_BY_TENANT = (
     select(ALLOCATION.c.tenant_id)
     .where(ALLOCATION.c.status == "pending")
@@ -121,6 +140,19 @@ NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
     .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
     .order_by(ASSIGNMENT.c.id)
+)
+# A tenant's claimable holds of one shape (every allocation request with `use_holds` asks;
+# most find none).
+CLAIMABLE_HOLD_STATUSES = (HoldStatus.PLACED, HoldStatus.WARMING, HoldStatus.READY)
+_MODEL = bindparam("model", type_=String)
+_WARMUP = bindparam("warmup", type_=String)
+CLAIMABLE_HOLDS = select(HOLD.c.id, HOLD.c.status, HOLD.c.created_at).where(
+    HOLD.c.tenant_id == bindparam("tenant"),
+    or_(*(HOLD.c.status == s.value for s in CLAIMABLE_HOLD_STATUSES)),
+    HOLD.c.gpu_count == bindparam("count"),
+    HOLD.c.expires_at > bindparam("now"),
+    or_(_MODEL.is_(None), HOLD.c.gpu_model == _MODEL),
+    or_(_WARMUP.is_(None), HOLD.c.warmup == _WARMUP),
 )
 # What a node's desired state shows of its holds and allocations, by node (one row per GPU):
 # every heartbeat and work poll of a busy node reads them.
