@@ -51,13 +51,18 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
     return found
 
 
-def json_body(headers: dict[bytes, bytes], body: bytes | None) -> Any:
-    """The parsed JSON body of a request that says it sends JSON; else decline."""
+def json_bytes(headers: dict[bytes, bytes], body: bytes | None) -> bytes:
+    """The body of a request that says it sends JSON; else decline."""
     content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
     if body is None or content_type != b"application/json":
         raise Decline
+    return body
+
+
+def json_body(headers: dict[bytes, bytes], body: bytes | None) -> Any:
+    """The parsed JSON body of a request that says it sends JSON; else decline."""
     try:
-        return json.loads(body)
+        return json.loads(json_bytes(headers, body))
     except (ValueError, RecursionError):
         # Not JSON, or nested past the decoder's depth: the route says which (400 or 422).
         raise Decline from None
