@@ -72,6 +72,14 @@ class ReadWouldWait(Exception):
     """A read on the event loop's thread found the database busy: do it on a worker thread."""
 
 
+class WriteWouldWait(Exception):
+    """A write on the event loop's thread found another writer: do it on the writer thread."""
+
+
+def _busy(exc: OperationalError) -> bool:
+    return "locked" in str(exc.orig) or "busy" in str(exc.orig)
+
+
 def _sqlite_file(url: str) -> str | None:
     parsed = make_url(url)
     if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
@@ -138,10 +146,13 @@ class Database:
             # Reads that never wait (WAL: a reader does not wait on the writer, and a busy
             # file is an error at once, not a sleep), for the event loop's own thread.
             self._loop_engine: Engine | None = (
-                _sqlite_engine(self.url, synchronous, busy_ms=0, pool_size=2, max_overflow=0)
+                _sqlite_engine(self.url, synchronous, busy_ms=0, pool_size=4, max_overflow=4)
                 if _sqlite_file(self.url) is not None
                 else None
             )
+            # Commits that do not wait on the disk (WAL, NORMAL or OFF: no fsync but at a
+            # checkpoint, which `checkpoint` runs off the loop) may run on the loop too.
+            self._loop_commits = synchronous in ("NORMAL", "OFF")
         elif self.url.startswith("postgresql"):
             self.is_sqlite = False
             self.engine = create_engine(
@@ -150,6 +161,7 @@ class Database:
             self._write_bind = self.engine
             self._write_mutex = None
             self._loop_engine = None
+            self._loop_commits = False
         else:
             raise DatabaseConfigError(
                 f"database URL {raw!r}: allowed schemes are sqlite:/// and postgresql+psycopg://"
@@ -199,21 +211,77 @@ class Database:
         if self._loop_engine is None:
             raise ReadWouldWait("no reads on the event loop with this database")
         try:
-            # One connection per thread (an event loop's), kept open: a checkout from the pool
-            # per read cost about as much as the read.
-            connection = getattr(self._loop_connections, "connection", None)
-            if connection is None:
-                connection = self._loop_connections.connection = self._loop_engine.connect()
-                with self._loop_lock:
-                    self._loop_opened.append(connection)
-            session = Session(bind=connection, expire_on_commit=False)
+            session = Session(bind=self._loop_connection("reader"), expire_on_commit=False)
             with session, session.begin():
                 yield session
         except OperationalError as exc:
-            self._drop_loop_connection()
-            if "locked" in str(exc.orig) or "busy" in str(exc.orig):
+            self._drop_loop_connection("reader")
+            if _busy(exc):
                 raise ReadWouldWait(str(exc.orig)) from exc
             raise
+
+    @property
+    def loop_writes(self) -> bool:
+        """Whether `loop_write` may be used: a local SQLite file whose commits do not wait
+        on the disk. The group-commit writer then commits on the event loop's thread, where
+        a batch no longer hands the interpreter lock to and from a writer thread for each of
+        its statements (measured in BENCHMARKS.md)."""
+        return self._loop_engine is not None and self._loop_commits
+
+    @contextmanager
+    def loop_write(self) -> Iterator[Session]:
+        """A placement write transaction for the event loop's own thread (only if
+        `loop_writes`); committed when the block ends.
+
+        It never waits: if another thread of this process or another process writes, it
+        raises `WriteWouldWait` before anything is done, and the caller writes on a thread.
+        """
+        if not self.loop_writes or self._write_mutex is None:
+            raise WriteWouldWait("no writes on the event loop with this database")
+        if not self._write_mutex.acquire(blocking=False):
+            raise WriteWouldWait("another writer of this process holds the database")
+        try:
+            try:
+                session = Session(bind=self._loop_connection("writer"), expire_on_commit=False)
+                with session, session.begin():
+                    session.connection()  # BEGIN IMMEDIATE: the write lock, or busy at once
+                    session.info["serialised"] = True
+                    yield session
+                    touched = session.info.get(TOUCHED_NODES)
+            except OperationalError as exc:
+                self._drop_loop_connection("writer")
+                if _busy(exc):
+                    raise WriteWouldWait(str(exc.orig)) from exc
+                raise
+        finally:
+            self._write_mutex.release()
+        if touched:
+            for hook in list(self._commit_hooks):
+                hook(touched)
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the database file (SQLite; blocking: call it off
+        the event loop). The loop's writer leaves this to here: its commits never do it."""
+        if self.is_sqlite:
+            with self.engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _loop_connection(self, role: str) -> Connection:
+        """This thread's kept-open connection for `role` (reader, writer): a checkout from
+        the pool per transaction cost about as much as a heartbeat's reads."""
+        connection = getattr(self._loop_connections, role, None)
+        if connection is None:
+            assert self._loop_engine is not None
+            connection = self._loop_engine.connect()
+            if role == "writer":
+                # A commit on the loop never runs a checkpoint (an fsync): `checkpoint` does.
+                connection.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+                connection.commit()
+                connection = connection.execution_options(sqlite_begin="IMMEDIATE")
+            setattr(self._loop_connections, role, connection)
+            with self._loop_lock:
+                self._loop_opened.append(connection)
+        return connection
 
     @contextmanager
     def write(self, *, placement: bool = False) -> Iterator[Session]:
@@ -250,9 +318,9 @@ class Database:
                 for hook in list(self._commit_hooks):
                     hook(touched)
 
-    def _drop_loop_connection(self) -> None:
-        connection = getattr(self._loop_connections, "connection", None)
-        self._loop_connections.connection = None
+    def _drop_loop_connection(self, role: str) -> None:
+        connection = getattr(self._loop_connections, role, None)
+        setattr(self._loop_connections, role, None)
         if connection is not None:
             with self._loop_lock:
                 self._loop_opened.remove(connection)

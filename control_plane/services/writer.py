@@ -1,9 +1,12 @@
 """One writer with group commit: the hot write commands of many requests share one transaction.
 
-Requests build a `Command` and wait for its answer; one thread owns the writing. It takes
+Requests build a `Command` and wait for its answer; one writer owns the writing. It takes
 every command waiting (up to `max_batch`), applies each in a SAVEPOINT of one transaction, so
 that a command that fails is undone alone, commits once, and answers the whole batch only
-after that commit. A batch whose commit fails is run again command by command, each in its
+after that commit. On a local SQLite file whose commits do not wait on the disk the writer is
+the event loop itself (the commands of one turn of the loop make a batch, applied at its
+end); elsewhere, and for a batch that finds another writer holding the file for long, it is a
+thread of its own. A batch whose commit fails is run again command by command, each in its
 own transaction, so one bad command cannot fail its neighbours. Idempotency rows are written
 in the command's savepoint, with its effect.
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from control_plane.db.engine import Database
+from control_plane.db.engine import Database, WriteWouldWait
 from control_plane.services import idempotency, placing, sql
 from control_plane.services.idempotency import UseCase
 
@@ -30,6 +33,12 @@ log = logging.getLogger(__name__)
 
 # Enough to fill a commit under load; small enough that one batch's answers are not held long.
 MAX_BATCH = 64
+# Batches committed on the event loop between two checkpoints of the write-ahead log (SQLite
+# checkpoints itself at about 1,000 pages; a batch writes a few).
+CHECKPOINT_EVERY = 200
+# How the loop waits for another writer to finish: a turn every millisecond, for a second.
+LOOP_WAIT_S = 0.001
+LOOP_WAIT_TURNS = 1000
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,10 @@ class GroupWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._on_loop: list[Command] = []
+        self._loop_scheduled = False
+        self._loop_waits = 0  # turns in a row the loop found another writer
+        self._loop_batches = 0
         self.batches = 0  # committed batches, for tests and the benchmark's notes
         self.commands = 0
 
@@ -83,11 +96,83 @@ class GroupWriter:
         requests meanwhile."""
         idempotency.check_key(key)
         digest = fingerprint() if key is not None else ""
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         command = Command(use_case=use_case, owner=owner, key=key, digest=digest, waiter=waiter)
-        self._ensure_started()
-        self._queue.put(command)
+        if self._db.loop_writes:
+            # The commands of one turn of the loop make one batch, applied at its end.
+            self._on_loop.append(command)
+            if not self._loop_scheduled:
+                self._loop_scheduled = True
+                loop.call_soon(self._run_on_loop)
+        else:
+            self._to_thread([command])
         return await waiter
+
+    def _to_thread(self, commands: list[Command]) -> None:
+        if commands:
+            self._ensure_started()
+            for command in commands:
+                self._queue.put(command)
+
+    def _run_on_loop(self) -> None:
+        """The commands of one turn of the event loop, in batches on the loop's own thread
+        (`Database.loop_writes`): no batch hands the interpreter lock to and from a writer
+        thread for each of its statements. Whatever cannot be written here without waiting
+        (another writer holds the file) or fails as a batch goes to the writer thread."""
+        self._loop_scheduled = False
+        while self._on_loop:
+            batch = self._on_loop[: self._max_batch]
+            try:
+                self._apply_on_loop(batch)
+            except WriteWouldWait:
+                # Another writer (the heartbeat flush, a periodic job, another process) holds
+                # the file for a moment: try again shortly, keeping the batch's place. Past
+                # about a second of that, the writer thread takes the batch and waits its turn.
+                self._loop_waits += 1
+                if self._loop_waits < LOOP_WAIT_TURNS:
+                    self._loop_scheduled = True
+                    asyncio.get_running_loop().call_later(LOOP_WAIT_S, self._run_on_loop)
+                    return
+                self._to_thread(batch)
+            except BaseException as exc:  # never leave a request waiting for ever
+                log.exception("writer batch failed")
+                for c in batch:
+                    if not c.answer.done():
+                        c.answer.set_exception(exc)
+                _settle(batch)
+            self._loop_waits = 0
+            del self._on_loop[: len(batch)]
+
+    def _apply_on_loop(self, commands: list[Command]) -> None:
+        """One batch in a transaction on the loop's thread; raises WriteWouldWait, with
+        nothing done, if another writer holds the database."""
+        results: list[_Result] = []
+        try:
+            with self._db.loop_write() as session:
+                for command in commands:
+                    results.append(self._apply_one(session, command))
+        except WriteWouldWait:
+            raise
+        except Exception as exc:
+            log.warning(
+                "group commit of %d commands failed (%s); on the writer thread", len(commands), exc
+            )
+            self._to_thread(commands)
+            return
+        alone = self._answer(commands, results)
+        self._to_thread(alone)
+        _settle([c for c in commands if c.answer.done()])
+        self._loop_batches += 1
+        if self._loop_batches % CHECKPOINT_EVERY == 0:
+            # The loop's commits leave the write-ahead log to grow; a thread copies it back.
+            asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            self._db.checkpoint()
+        except Exception:  # the next one will try again
+            log.warning("write-ahead log checkpoint failed", exc_info=True)
 
     def _ensure_started(self) -> None:
         if self._thread is not None:
@@ -148,16 +233,23 @@ class GroupWriter:
             for command in commands:
                 self._alone(command)
             return
+        for command in self._answer(commands, results):
+            self._alone(command)
+
+    def _answer(self, commands: list[Command], results: list[_Result]) -> list[Command]:
+        """Answer a committed batch's commands; those to run again alone, unanswered."""
         self.batches += 1
         self.commands += len(commands)
+        alone = []
         # Answered only now, after the commit: an acknowledged command is durable.
         for command, result in zip(commands, results, strict=True):
             if isinstance(result, _Alone):
-                self._alone(command)
+                alone.append(command)
             elif isinstance(result, BaseException):
                 command.answer.set_exception(result)
             else:
                 command.answer.set_result(result)
+        return alone
 
     def _apply_one(self, session: Session, command: Command) -> _Result:
         """One command in its own SAVEPOINT: its answer, or the exception it raised with its

@@ -3,7 +3,9 @@ only after the commit, and a failed commit retried command by command."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 
 import pytest
 from sqlalchemy import event, func, select
@@ -14,6 +16,7 @@ from control_plane.db.engine import Database
 from control_plane.db.models import AllocationRow, AssignmentRow, IdempotencyRow
 from control_plane.schemas.allocations import AllocationCreate
 from control_plane.services import allocations
+from control_plane.services import writer as writer_module
 from control_plane.services.errors import NotFound
 from control_plane.services.writer import Command, GroupWriter
 from tests.control_plane.conftest import Api
@@ -157,4 +160,46 @@ def test_a_command_whose_flush_fails_fails_alone(api: Api, db: Database) -> None
     with pytest.raises(IntegrityError):
         batch[1].answer.result()
     assert batch[2].answer.result()[0] == 201
+    assert _counts(db) == (2, 2)
+
+
+def _db_file(db: Database) -> str:
+    return db.url.removeprefix("sqlite:///")
+
+
+def test_on_sqlite_the_loop_commits_and_waits_its_turn_behind_another_writer(
+    api: Api, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local SQLite file: batches commit on the event loop's thread, no writer thread. While
+    another connection (another process, say) holds the write lock, the batch waits on the
+    loop without blocking it, then commits; past its turns it goes to the writer thread."""
+    if not db.loop_writes:
+        assert not db.is_sqlite  # PostgreSQL: the writer thread, as ever
+        return
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=16)
+    monkeypatch.setattr(writer_module, "LOOP_WAIT_S", 0.0)  # a retry each turn of the loop
+    writer = GroupWriter(db, clock=api.clock)
+
+    async def scenario(turns: int) -> tuple[int, str]:
+        other = sqlite3.connect(_db_file(db), isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(writer_module, "LOOP_WAIT_TURNS", turns)
+        before = writer.batches
+        task = asyncio.ensure_future(writer.call(use_case=_allocate(tenant_id)))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done() and writer.batches == before
+        other.execute("COMMIT")
+        other.close()
+        return await asyncio.wait_for(task, timeout=30)
+
+    status, text = asyncio.run(scenario(turns=1_000_000))
+    assert status == 201 and json.loads(text)["status"] == "allocated"
+    assert writer.batches == 1 and writer._thread is None  # committed on the loop
+
+    # Out of turns: the writer thread takes the batch and waits for the lock there.
+    status, _ = asyncio.run(scenario(turns=3))
+    assert status == 201 and writer._thread is not None
+    writer.stop()
     assert _counts(db) == (2, 2)
