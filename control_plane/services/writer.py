@@ -135,11 +135,8 @@ class GroupWriter:
                     asyncio.get_running_loop().call_later(LOOP_WAIT_S, self._run_on_loop)
                     return
                 self._to_thread(batch)
-            except BaseException as exc:  # never leave a request waiting for ever
-                log.exception("writer batch failed")
-                for c in batch:
-                    if not c.answer.done():
-                        c.answer.set_exception(exc)
+            except BaseException as exc:
+                _fail_unanswered(batch, exc)
                 _settle(batch)
             self._loop_waits = 0
             del self._on_loop[: len(batch)]
@@ -165,8 +162,10 @@ class GroupWriter:
         _settle([c for c in commands if c.answer.done()])
         self._loop_batches += 1
         if self._loop_batches % CHECKPOINT_EVERY == 0:
-            # The loop's commits leave the write-ahead log to grow; a thread copies it back.
-            asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
+            # The loop's commits leave the write-ahead log to grow; a thread copies it back
+            # (not once the loop is shutting its executor down).
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
 
     def _checkpoint(self) -> None:
         try:
@@ -210,11 +209,8 @@ class GroupWriter:
             commands = [c for c in batch if isinstance(c, Command)]
             try:
                 self.apply_batch(commands)
-            except BaseException as exc:  # never leave a request waiting for ever
-                log.exception("writer batch failed")
-                for c in commands:
-                    if not c.answer.done():
-                        c.answer.set_exception(exc)
+            except BaseException as exc:
+                _fail_unanswered(commands, exc)
             finally:
                 _hand_over(commands)
 
@@ -297,6 +293,14 @@ class GroupWriter:
                 )
             )
         except Exception as exc:
+            command.answer.set_exception(exc)
+
+
+def _fail_unanswered(commands: list[Command], exc: BaseException) -> None:
+    """A batch failed outside any command: never leave a request waiting for ever."""
+    log.exception("writer batch failed", exc_info=exc)
+    for command in commands:
+        if not command.answer.done():
             command.answer.set_exception(exc)
 
 
