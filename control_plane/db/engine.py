@@ -6,7 +6,9 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from sqlalchemy import (
     ColumnElement,
@@ -31,13 +33,54 @@ PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
-# Key in a write session's info: ids of the nodes whose assignments the transaction changed.
-TOUCHED_NODES = "touched_nodes"
+
+@dataclass
+class EpochCache:
+    """A value derived from the rows, good while the database's epoch is still `epoch`; one
+    per `Database`, so each database (and each test's) keeps its own."""
+
+    epoch: int | None = None
+    value: Any = None
+
+    def forget(self) -> None:
+        self.epoch, self.value = None, None
+
+
+class TransactionNotes(Protocol):
+    """What a layer above noted during a write transaction, settled by the transaction's owner
+    (`Database`) as the transaction ends: statements to run last, then commit or rollback."""
+
+    def before_commit(self, session: TxSession) -> None: ...
+
+    def after_commit(self) -> None: ...
+
+    def after_rollback(self) -> None: ...
+
+
+class TxSession(Session):
+    """The session of one of our transactions. What the transaction notes is in these typed
+    fields, read by `Database` where the transaction ends: no `session.info` keys and no
+    listeners on the Session class."""
+
+    def __init__(self, bind: Any, *, serialised: bool = False, cache: EpochCache) -> None:
+        super().__init__(bind, expire_on_commit=False)
+        # Writers take turns (SQLite's write lock, PostgreSQL's placement lock): placement
+        # decisions are safe in this transaction.
+        self.serialised = serialised
+        # The database's cached placement view, which `notes` may adopt or drop at the end.
+        self.view_cache = cache
+        # Nodes whose assignments this transaction changed: told at once after the commit.
+        self.touched_nodes: set[str] = set()
+        self.notes: TransactionNotes | None = None
+        # (transaction, dialect, DB-API connection), found once per transaction (services/sql).
+        self.dbapi: tuple[Any, Any, Any] | None = None
 
 
 def touch_nodes(session: Session, node_ids: Iterable[str]) -> None:
     """Note that these nodes' assignments change: after the commit, they are told at once."""
-    session.info.setdefault(TOUCHED_NODES, set()).update(node_ids)
+    if not isinstance(session, TxSession):
+        raise TypeError("touch_nodes needs a session of Database.write")
+    session.touched_nodes.update(node_ids)
 
 
 class DatabaseConfigError(ValueError):
@@ -125,6 +168,7 @@ class Database:
 
     def __init__(self, url: str | None = None) -> None:
         self._commit_hooks: list[Callable[[set[str]], None]] = []
+        self.view_cache = EpochCache()
         self._loop_connections = threading.local()
         self._loop_opened: list[Connection] = []
         self._loop_lock = threading.Lock()
@@ -187,7 +231,7 @@ class Database:
         SQLite (WAL) reads one snapshot anyway; on PostgreSQL `snapshot=True` makes all its
         statements see the same commits (REPEATABLE READ) instead of each its own.
         """
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+        with TxSession(self.engine, cache=self.view_cache) as session, session.begin():
             if snapshot and not self.is_sqlite:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
@@ -211,7 +255,7 @@ class Database:
         if self._loop_engine is None:
             raise ReadWouldWait("no reads on the event loop with this database")
         try:
-            session = Session(bind=self._loop_connection("reader"), expire_on_commit=False)
+            session = TxSession(self._loop_connection("reader"), cache=self.view_cache)
             with session, session.begin():
                 yield session
         except OperationalError as exc:
@@ -242,12 +286,12 @@ class Database:
             raise WriteWouldWait("another writer of this process holds the database")
         try:
             try:
-                session = Session(bind=self._loop_connection("writer"), expire_on_commit=False)
-                with session, session.begin():
-                    session.connection()  # BEGIN IMMEDIATE: the write lock, or busy at once
-                    session.info["serialised"] = True
+                session = TxSession(
+                    self._loop_connection("writer"), serialised=True, cache=self.view_cache
+                )
+                # BEGIN IMMEDIATE: the write lock, or busy at once.
+                with session, self._transaction(session):
                     yield session
-                    touched = session.info.get(TOUCHED_NODES)
             except OperationalError as exc:
                 self._drop_loop_connection("writer")
                 if _busy(exc):
@@ -255,9 +299,7 @@ class Database:
                 raise
         finally:
             self._write_mutex.release()
-        if touched:
-            for hook in list(self._commit_hooks):
-                hook(touched)
+        self._publish(session.touched_nodes)
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the database file (SQLite; blocking: call it off
@@ -299,24 +341,41 @@ class Database:
 
     @contextmanager
     def _write_session(self, placement: bool) -> Iterator[Session]:
-        with Session(self._write_bind, expire_on_commit=False) as session:
-            with session.begin():
-                # Take the connection (and on SQLite the write lock) now, before the caller
-                # reads the clock, so that recorded times follow the order of commits.
-                session.connection()
-                # Placement and assignment changes need writers to take turns (services check).
-                session.info["serialised"] = placement or self.is_sqlite
+        # Placement and assignment changes need writers to take turns (services check).
+        serialised = placement or self.is_sqlite
+        with TxSession(self._write_bind, serialised=serialised, cache=self.view_cache) as session:
+            with self._transaction(session):
                 if placement and not self.is_sqlite:
                     session.execute(
                         text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}
                     )
                 yield session
-                # Taken before the commit, which clears the session's info.
-                touched = session.info.get(TOUCHED_NODES)
             # Reached only once committed: a rolled-back change wakes nobody.
-            if touched:
-                for hook in list(self._commit_hooks):
-                    hook(touched)
+            self._publish(session.touched_nodes)
+
+    @contextmanager
+    def _transaction(self, session: TxSession) -> Iterator[None]:
+        """Where every write transaction begins and ends: the notes a layer above left in it
+        run their last statements before the commit, and learn whether it committed."""
+        try:
+            with session.begin():
+                # Take the connection (and on SQLite the write lock) now, before the caller
+                # reads the clock, so that recorded times follow the order of commits.
+                session.connection()
+                yield
+                if session.notes is not None:
+                    session.notes.before_commit(session)
+        except BaseException:
+            if session.notes is not None:
+                session.notes.after_rollback()
+            raise
+        if session.notes is not None:
+            session.notes.after_commit()
+
+    def _publish(self, touched: set[str]) -> None:
+        if touched:
+            for hook in list(self._commit_hooks):
+                hook(touched)
 
     def _drop_loop_connection(self, role: str) -> None:
         connection = getattr(self._loop_connections, role, None)

@@ -4,17 +4,18 @@ Each replica keeps its `ClusterState` in memory between transactions. The `clust
 says whether it is still true: every transaction that changes assignments or the inventory
 bumps the epoch, and a replica that reads an epoch other than its view's rebuilds the view.
 Assignment changes go through `lifecycle.assign`/`end_assignments`, which keep the view in
-step within the transaction; a rollback throws the view away.
+step within the transaction; a rollback throws the view away. What a transaction did to the
+view is noted in its session's typed `notes` (`_ViewNotes`), which `Database` settles as the
+transaction commits or rolls back.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, event
 from sqlmodel import Session, col, select
 
+from control_plane.db.engine import EpochCache, TxSession
 from control_plane.db.models import (
     AssignmentRow,
     GpuRow,
@@ -65,20 +66,58 @@ class Cluster:
 
 
 @dataclass
-class _Cached:
-    epoch: int | None = None
+class _ViewNotes:
+    """One write transaction's use of the placement view (`TxSession.notes`): the view it
+    took and at which epoch, and whether it changed what placement sees. `Database` calls the
+    three steps as the transaction ends; they keep the database's cached view exact."""
+
+    cache: EpochCache
     cluster: Cluster | None = None
+    epoch: int | None = None  # the epoch read when `cluster` was taken
+    changed: bool = False
+    inventory: bool = False
+    new_epoch: int | None = None
+
+    def before_commit(self, session: TxSession) -> None:
+        if self.changed:
+            self.new_epoch = sql.run(session, sql.BUMP_EPOCH).fetchone()[0]
+
+    def after_commit(self) -> None:
+        if not self.changed:
+            return
+        # Keep the view only if it was exact before and nobody else moved the epoch meanwhile.
+        exact = (
+            self.cluster is not None
+            and not self.inventory
+            and self.epoch is not None
+            and self.new_epoch == self.epoch + 1
+        )
+        if exact:
+            self.cache.epoch = self.new_epoch
+        else:
+            self.cache.forget()
+
+    def after_rollback(self) -> None:
+        self.drop()
+
+    def drop(self) -> None:
+        """The view took changes that were undone: forget it here and in the cache."""
+        if self.cluster is not None:
+            self.cluster = None
+            self.cache.forget()
 
 
-_CACHES: weakref.WeakKeyDictionary[Engine, _Cached] = weakref.WeakKeyDictionary()
-
-
-def _cache(session: Session) -> _Cached:
-    engine = session.get_bind().engine  # type: ignore[union-attr]
-    cached = _CACHES.get(engine)
-    if cached is None:
-        cached = _CACHES[engine] = _Cached()
-    return cached
+def _notes(session: Session, *, placing: bool) -> _ViewNotes:
+    """This transaction's notes; `placing`: it is about to decide placement, which needs
+    writers to take turns."""
+    if not isinstance(session, TxSession):
+        raise RuntimeError("placement notes need a session of Database.write")
+    if placing and not session.serialised:
+        raise RuntimeError("placement needs a write transaction with placement=True")
+    if session.notes is None:
+        session.notes = _ViewNotes(session.view_cache)
+    assert isinstance(session.notes, _ViewNotes)
+    return session.notes
 
 
 def _build(session: Session) -> Cluster:
@@ -114,18 +153,15 @@ def _build(session: Session) -> Cluster:
 
 def load_cluster(session: Session) -> Cluster:
     """This transaction's cluster view (cached across transactions while the epoch holds)."""
-    cluster = session.info.get("cluster")
-    if cluster is not None:
-        return cluster
-    if not session.info.get("serialised"):
-        raise RuntimeError("placement needs a write transaction with placement=True")
+    notes = _notes(session, placing=True)
+    if notes.cluster is not None:
+        return notes.cluster
     epoch = sql.run(session, sql.READ_EPOCH).fetchone()[0]
-    cached = _cache(session)
-    if cached.epoch != epoch or cached.cluster is None:
-        cached.epoch, cached.cluster = None, _build(session)
-    session.info["cluster"] = cached.cluster
-    session.info["epoch"] = epoch
-    return cached.cluster
+    cache = notes.cache
+    if cache.epoch != epoch or cache.value is None:
+        cache.epoch, cache.value = None, _build(session)
+    notes.cluster, notes.epoch = cache.value, epoch
+    return notes.cluster
 
 
 def mark_changed(session: Session, *, inventory: bool = False) -> None:
@@ -136,59 +172,19 @@ def mark_changed(session: Session, *, inventory: bool = False) -> None:
     free and hand out GPUs of a node that just went offline. The next `load_cluster` in the
     transaction builds a fresh one from the flushed rows.
     """
-    session.info["changed"] = True
+    notes = _notes(session, placing=False)
+    notes.changed = True
     if inventory:
-        session.info["inventory"] = True
-        session.info.pop("cluster", None)
-        cached = _cache(session)
-        cached.epoch, cached.cluster = None, None
+        notes.inventory = True
+        notes.cluster = None
+        notes.cache.forget()
 
 
 def drop_view(session: Session) -> None:
-    """Forget this transaction's placement view (a rollback undid changes it had counted);
-    the next `load_cluster` rebuilds it from the rows."""
-    if session.info.pop("cluster", None) is not None:
-        cached = _cache(session)
-        cached.epoch, cached.cluster = None, None
-
-
-# The listeners below act on the outermost transaction only: a SAVEPOINT (one command of a
-# group commit) fires the same events when it is released or rolled back.
-
-
-@event.listens_for(Session, "before_commit")
-def _bump_epoch(session: Session) -> None:
-    if session.in_nested_transaction():
-        return
-    if session.info.get("changed"):
-        new = sql.run(session, sql.BUMP_EPOCH).fetchone()[0]
-        session.info["new_epoch"] = new
-
-
-@event.listens_for(Session, "after_commit")
-def _adopt_epoch(session: Session) -> None:
-    info = session.info
-    if session.in_nested_transaction() or not info.get("changed"):
-        return
-    cached = _cache(session)
-    # Keep the view only if it was exact before and nobody else moved the epoch meanwhile.
-    exact = (
-        "cluster" in info
-        and not info.get("inventory")
-        and info.get("new_epoch") == info.get("epoch", -2) + 1
-    )
-    cached.epoch = info["new_epoch"] if exact else None
-    if not exact:
-        cached.cluster = None
-    info.clear()
-
-
-@event.listens_for(Session, "after_rollback")
-def _drop_view(session: Session) -> None:
-    drop_view(session)
-    # A savepoint's rollback keeps the transaction's notes (touched nodes, locks taken).
-    if not session.in_nested_transaction():
-        session.info.clear()
+    """Forget this transaction's placement view (a rollback to a savepoint undid changes it
+    had counted); the next `load_cluster` rebuilds it from the rows."""
+    if isinstance(session, TxSession) and isinstance(session.notes, _ViewNotes):
+        session.notes.drop()
 
 
 def request_of(gpu_count: int, gpu_model: str | None, strategy: str) -> PlacementRequest:

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
 from sqlmodel import Session
 
+from control_plane.db.engine import TxSession
 from control_plane.db.models import (
     AllocationRow,
     ApiKeyRow,
@@ -189,7 +190,6 @@ NODE_ALLOCATIONS = (
 )
 
 
-_DBAPI = "dbapi_connection"
 COMMAND_SAVEPOINT = "jitgpu_command"
 
 # (statement, dialect, insert columns) -> (SQL text, literal parameters, positional names)
@@ -246,12 +246,13 @@ def _dbapi(session: Session) -> tuple[Dialect, Any]:
     """The dialect and DB-API connection of the session's transaction, found once per
     transaction (asking the session each time costs more than a SQLite statement)."""
     root = session.get_transaction()
-    found = session.info.get(_DBAPI)
+    found = session.dbapi if isinstance(session, TxSession) else None
     if found is not None and found[0] is root:
         return found[1], found[2]
     conn = session.connection()
     dbapi_connection = conn.connection.dbapi_connection
-    session.info[_DBAPI] = (session.get_transaction(), conn.dialect, dbapi_connection)
+    if isinstance(session, TxSession):
+        session.dbapi = (session.get_transaction(), conn.dialect, dbapi_connection)
     return conn.dialect, dbapi_connection
 
 

@@ -74,3 +74,17 @@ def test_placement_needs_writers_to_take_turns(db: Database) -> None:
         return
     with pytest.raises(RuntimeError, match="placement=True"), db.write() as session:
         placing.load_cluster(session)
+
+
+def test_a_commit_keeps_its_exact_view_and_a_read_cannot_place(db: Database) -> None:
+    tenant_id = _setup(db, gpus=2)
+    assert _allocate(db, tenant_id, 2.0)[0] == 201
+    kept = db.view_cache.value
+    epoch = db.view_cache.epoch
+    assert kept is not None and kept.state.free_count() == 1
+    # The next placement moves the epoch by one and keeps the same view, updated in place.
+    assert _allocate(db, tenant_id, 3.0)[0] == 201
+    assert db.view_cache.value is kept and db.view_cache.epoch == epoch + 1
+    assert kept.state.free_count() == 0
+    with pytest.raises(RuntimeError, match="placement=True"), db.read() as session:
+        placing.load_cluster(session)
