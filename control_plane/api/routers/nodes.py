@@ -90,36 +90,36 @@ async def node_work(
 
 
 @router.post("/nodes/{node_id}/holds/{hold_id}/warmup", response_model=Hold)
-def report_warmup(
+async def report_warmup(
     node_id: IdPath,
     hold_id: IdPath,
     body: WarmupReport,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
+    request: Request,
     _: Principal = Depends(this_node),
-) -> Hold:
-    with db.write(placement=True) as session:
-        result = holds.report_warmup(
-            session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
-        )
-    return result
+) -> Response:
+    return await written(
+        request,
+        lambda session, now: holds.report_warmup(
+            session, node_id=node_id, hold_id=hold_id, body=body, now=now
+        ),
+    )
 
 
 @router.post("/nodes/{node_id}/holds/{hold_id}/backend-event", response_model=BackendEventReply)
-def report_backend_event(
+async def report_backend_event(
     node_id: IdPath,
     hold_id: IdPath,
     body: BackendEvent,
-    db: Database = Depends(get_db),
-    clock=Depends(get_clock),
+    request: Request,
     _: Principal = Depends(this_node),
-) -> BackendEventReply:
+) -> Response:
     """A scheduler backend (Slurm) saw the hold claimed by a job, or lost it."""
-    with db.write(placement=True) as session:
-        result = backend_events.report(
-            session, node_id=node_id, hold_id=hold_id, body=body, now=clock()
-        )
-    return result
+    return await written(
+        request,
+        lambda session, now: backend_events.report(
+            session, node_id=node_id, hold_id=hold_id, body=body, now=now
+        ),
+    )
 
 
 @router.post("/nodes/{node_id}/allocations/{allocation_id}/task", response_model=Allocation)
