@@ -5,8 +5,9 @@ from __future__ import annotations
 from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, HoldRow, NodeRow, TenantRow
+from control_plane.scheduling.lifecycle import ActionKind, NodeLiveness, reconcile
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
-from control_plane.services import holds, lifecycle, placing
+from control_plane.services import holds, lifecycle, periodic, placing
 from control_plane.services.events import note
 
 # Nodes whose silence counts: an offline node has nothing left to take offline.
@@ -63,15 +64,20 @@ def _split(owners: dict[str, tuple[str, str, str]]) -> tuple[dict[str, str], dic
 
 
 def take_silent_nodes_offline(session: Session, *, now: float, timeout_s: float) -> int:
-    """Nodes silent for `timeout_s` go offline; their allocations are lost, holds moved."""
-    silent = session.exec(
-        select(NodeRow)
-        .where(
-            col(NodeRow.status).in_(WATCHED_NODE_STATUSES),
-            col(NodeRow.last_heartbeat_at) < now - timeout_s,
+    """Nodes silent for `timeout_s` (as the pure reconciler judges) go offline; their
+    allocations are lost, holds moved."""
+    liveness = [
+        NodeLiveness(id=i, status=NodeStatus(st), last_heartbeat_at=heard, registered_at=joined)
+        for i, st, heard, joined in session.exec(
+            select(
+                NodeRow.id, NodeRow.status, NodeRow.last_heartbeat_at, NodeRow.registered_at
+            ).where(col(NodeRow.status).in_(WATCHED_NODE_STATUSES))
         )
-        .order_by(col(NodeRow.name))
-    ).all()
+    ]
+    due = periodic.due_targets(reconcile((), (), liveness, now, heartbeat_timeout_s=timeout_s))
+    silent = sorted(
+        periodic.rows_of(session, NodeRow, due[ActionKind.MARK_NODE_OFFLINE]), key=lambda n: n.name
+    )
     if not silent:
         return 0
     # All of them leave placement before any hold is re-placed, so that no hold moves onto
