@@ -63,7 +63,13 @@ def create_app(
         if settings.run_jobs:
             from control_plane.jobs.runner import JobRunner
 
-            runner = JobRunner(database, settings=settings, clock=clock, watch=watch)
+            runner = JobRunner(
+                database,
+                settings=settings,
+                clock=clock,
+                watch=watch,
+                writer=app.state.writer,
+            )
             runner.start()
         app.state.jobs = runner
         try:

@@ -1,4 +1,4 @@
-"""The one registry of periodic jobs; each is idempotent and runs in its own transaction."""
+"""The one registry of periodic jobs; each is idempotent and runs as a command of the writer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.services import evacuate, periodic
+from control_plane.services.writer import GroupWriter
 
 IDEMPOTENCY_KEEP_S = 86400.0
 
@@ -15,7 +16,7 @@ IDEMPOTENCY_KEEP_S = 86400.0
 @dataclass(frozen=True)
 class Job:
     name: str
-    run: Callable[[Database, ServerSettings, float], int]
+    run: Callable[[GroupWriter, ServerSettings, float], int]
     every: float = 1.0  # in units of settings.jobs_interval_s
     # Wait one heartbeat timeout after this replica becomes the leader: if the whole control
     # plane was down, no heartbeat could arrive, and silence would be the server's own.
@@ -25,29 +26,30 @@ class Job:
     stall_aware: bool = False
 
 
-def liveness(db: Database, settings: ServerSettings, now: float) -> int:
+def liveness(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Silent nodes go offline: their allocations are lost, their holds re-placed or failed."""
-    with db.write(placement=True) as session:
-        return evacuate.take_silent_nodes_offline(
+    return writer.run_tick(
+        lambda session: evacuate.take_silent_nodes_offline(
             session, now=now, timeout_s=settings.heartbeat_timeout_s
         )
+    )
 
 
-def hold_lifecycle(db: Database, settings: ServerSettings, now: float) -> int:
+def hold_lifecycle(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Expire what is past its time, place holds whose lead time began, serve the queue."""
-    with db.write(placement=True) as session:
-        return periodic.expire_and_activate(session, now=now)
+    return writer.run_tick(lambda session: periodic.expire_and_activate(session, now=now))
 
 
-def retention(db: Database, settings: ServerSettings, now: float) -> int:
+def retention(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Prune events past the retention age and idempotency records past a day."""
-    with db.write() as session:
-        return periodic.prune(
+    return writer.run_tick(
+        lambda session: periodic.prune(
             session,
             now=now,
             events_older_than_s=settings.retention_days * 86400,
             keys_older_than_s=IDEMPOTENCY_KEEP_S,
         )
+    )
 
 
 JOBS: tuple[Job, ...] = (
@@ -58,5 +60,10 @@ JOBS: tuple[Job, ...] = (
 
 
 def run_all(db: Database, settings: ServerSettings, now: float) -> dict[str, int]:
-    """Run every job once (tests and `jitgpu` tooling call this with a fixed `now`)."""
-    return {job.name: job.run(db, settings, now) for job in JOBS}
+    """Run every job once (tests and `jitgpu` tooling call this with a fixed `now`), through a
+    writer of its own that is stopped again before returning."""
+    writer = GroupWriter(db, clock=lambda: now)
+    try:
+        return {job.name: job.run(writer, settings, now) for job in JOBS}
+    finally:
+        writer.stop()

@@ -17,6 +17,7 @@ from control_plane.db.engine import Database
 from control_plane.jobs import leader
 from control_plane.jobs.registry import JOBS, Job
 from control_plane.jobs.stalls import StallWatch
+from control_plane.services.writer import GroupWriter
 
 log = logging.getLogger("jitgpu.jobs")
 
@@ -35,8 +36,13 @@ class JobRunner:
         settings: ServerSettings,
         clock: Callable[[], float],
         watch: StallWatch | None = None,
+        writer: GroupWriter | None = None,
     ) -> None:
         self.db = db
+        # The server's writer, so that a job's work takes its turn with the requests' commands;
+        # alone (tests, tools), a writer of its own.
+        self.writer = writer if writer is not None else GroupWriter(db, clock)
+        self._own_writer = writer is None
         self.watch = watch
         self.settings = settings
         self.clock = clock
@@ -79,6 +85,8 @@ class JobRunner:
 
     def stop(self) -> None:
         self._scheduler.shutdown(wait=True)
+        if self._own_writer:
+            self.writer.stop()
         if self.is_leader:
             try:
                 leader.release(self.db, holder=self.holder)
@@ -160,7 +168,7 @@ class JobRunner:
                 log.info("job %s waits %.1fs more: the server itself stalled", job.name, left)
                 return
         try:
-            changed = job.run(self.db, self.settings, now)
+            changed = job.run(self.writer, self.settings, now)
         except Exception:
             log.exception("job %s failed", job.name)
             return

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
@@ -41,6 +42,13 @@ LOOP_WAIT_S = 0.001
 LOOP_WAIT_TURNS = 1000
 
 
+T = TypeVar("T")
+
+
+def _no_use_case(session: Session, now: float) -> Any:
+    raise AssertionError("a tick runs its own work")
+
+
 @dataclass(frozen=True)
 class Command:
     """One request's write: its use case, its idempotency key, and the future it waits on."""
@@ -49,7 +57,10 @@ class Command:
     owner: str = ""
     key: str | None = None
     digest: str = ""
-    answer: Future[tuple[int, str]] = field(default_factory=Future)
+    answer: Future[Any] = field(default_factory=Future)
+    # A periodic job's work (`GroupWriter.run_tick`), run as it is and answered with its
+    # own result; it brings its own `now`, the time its job was due.
+    tick: Callable[[Session], Any] | None = None
     # Set by `call`: the event loop's own future, settled from `answer` with the rest of the
     # batch in one hand-over to the loop (a wake-up per command cost more than its write).
     waiter: asyncio.Future[tuple[int, str]] | None = None
@@ -60,7 +71,7 @@ class _Alone:
 
 
 _ALONE = _Alone()
-_Result = tuple[int, str] | BaseException | _Alone
+_Result = Any  # (status, JSON text), a tick's result, the exception raised, or _ALONE
 _STOP = object()
 
 
@@ -108,6 +119,15 @@ class GroupWriter:
         else:
             self._to_thread([command])
         return await waiter
+
+    def run_tick(self, tick: Callable[[Session], T]) -> T:
+        """Run a periodic job's work as a command of this writer and wait for its result, from
+        a thread other than the event loop's (the jobs' scheduler). It takes its turn on the
+        writer thread, in a savepoint of whatever batch it joins, and is answered after that
+        commit; a tick that fails is undone alone and raises here."""
+        command = Command(use_case=_no_use_case, tick=tick)
+        self._to_thread([command])
+        return command.answer.result()
 
     def _to_thread(self, commands: list[Command]) -> None:
         if commands:
@@ -260,14 +280,7 @@ class GroupWriter:
         session.flush()
         sql.savepoint(session, "SAVEPOINT")
         try:
-            result = idempotency.apply(
-                session,
-                owner=command.owner,
-                key=command.key,
-                digest=command.digest,
-                clock=self._clock,
-                use_case=command.use_case,
-            )
+            result = self._run(session, command)
             session.flush()
         except Exception as exc:
             sql.savepoint(session, "ROLLBACK TO SAVEPOINT")
@@ -280,10 +293,25 @@ class GroupWriter:
         sql.savepoint(session, "RELEASE SAVEPOINT")
         return result
 
+    def _run(self, session: Session, command: Command) -> Any:
+        if command.tick is not None:
+            return command.tick(session)
+        return idempotency.apply(
+            session,
+            owner=command.owner,
+            key=command.key,
+            digest=command.digest,
+            clock=self._clock,
+            use_case=command.use_case,
+        )
+
     def _alone(self, command: Command) -> None:
         try:
-            command.answer.set_result(
-                idempotency.run_digested(
+            if command.tick is not None:
+                with self._db.write(placement=True) as session:
+                    result = command.tick(session)
+            else:
+                result = idempotency.run_digested(
                     self._db,
                     owner=command.owner,
                     key=command.key,
@@ -291,9 +319,10 @@ class GroupWriter:
                     clock=self._clock,
                     use_case=command.use_case,
                 )
-            )
         except Exception as exc:
             command.answer.set_exception(exc)
+        else:
+            command.answer.set_result(result)
 
 
 def _fail_unanswered(commands: list[Command], exc: BaseException) -> None:

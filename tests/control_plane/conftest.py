@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from control_plane.api.app import create_app
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
+from control_plane.services.writer import GroupWriter
 from tests.conftest import ADMIN_TOKEN, FakeClock
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -22,6 +23,11 @@ class Api:
 
     http: TestClient
     clock: FakeClock
+
+    @property
+    def writer(self) -> GroupWriter:
+        """The app's writer: periodic jobs a test runs by hand take their turn through it."""
+        return self.http.app.state.writer  # type: ignore[attr-defined]
 
     def tenant(self, name: str = "team-a", quota: int = 8, **extra: object) -> tuple[str, dict]:
         r = self.http.post(

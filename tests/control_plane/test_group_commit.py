@@ -203,3 +203,33 @@ def test_on_sqlite_the_loop_commits_and_waits_its_turn_behind_another_writer(
     assert status == 201 and writer._thread is not None
     writer.stop()
     assert _counts(db) == (2, 2)
+
+
+def test_a_periodic_tick_is_a_command_of_the_writer(api: Api, db: Database) -> None:
+    """A job's work joins a batch like a request's: a tick that fails is undone alone, the
+    requests beside it commit, and the job learns its result only after the commit."""
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=16)
+    take_four = _allocate(tenant_id, 4)
+
+    def tick_that_fails(session: Session) -> int:
+        take_four(session, 1.0)
+        raise RuntimeError("the job failed midway")
+
+    batch = [
+        Command(use_case=_allocate(tenant_id, 4)),
+        Command(use_case=writer_module._no_use_case, tick=tick_that_fails),
+        Command(use_case=writer_module._no_use_case, tick=lambda session: 7),
+    ]
+    _writer(api).apply_batch(batch)
+    assert batch[0].answer.result()[0] == 201
+    with pytest.raises(RuntimeError, match="midway"):
+        batch[1].answer.result()
+    assert batch[2].answer.result() == 7
+    assert _counts(db) == (1, 4)  # the failed tick's allocation was undone
+    # From a job's thread: queued to the writer, answered with the tick's own result.
+    writer = _writer(api)
+    before = writer.commands
+    count = select(func.count()).select_from(AllocationRow)
+    assert writer.run_tick(lambda session: session.execute(count).scalar_one()) == 1
+    assert writer.commands == before + 1

@@ -21,9 +21,9 @@ def test_unclaimed_hold_expires_at_start_plus_ttl(
     _, headers = api.tenant(quota=1)
     hold = api.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 100}, headers=headers).json()
     path = f"/v1/holds/{hold['id']}"
-    assert hold_lifecycle(db, settings, api.clock.advance(99)) == 0
+    assert hold_lifecycle(api.writer, settings, api.clock.advance(99)) == 0
     assert _status(api, path, headers) == "ready"
-    assert hold_lifecycle(db, settings, api.clock.advance(1)) == 1
+    assert hold_lifecycle(api.writer, settings, api.clock.advance(1)) == 1
     expired = api.http.get(path, headers=headers).json()
     assert expired["status"] == "expired"
     assert "ttl" in expired["reason"]
@@ -36,9 +36,9 @@ def test_allocation_expires_at_lease_end(api: Api, db: Database, settings: Serve
     alloc = api.http.post(
         "/v1/allocations", json={"gpu_count": 1, "lease_s": 60}, headers=headers
     ).json()
-    hold_lifecycle(db, settings, api.clock.advance(59))
+    hold_lifecycle(api.writer, settings, api.clock.advance(59))
     assert _status(api, f"/v1/allocations/{alloc['id']}", headers) == "allocated"
-    hold_lifecycle(db, settings, api.clock.advance(1))
+    hold_lifecycle(api.writer, settings, api.clock.advance(1))
     assert _status(api, f"/v1/allocations/{alloc['id']}", headers) == "expired"
 
 
@@ -53,9 +53,9 @@ def test_future_hold_is_placed_at_start_minus_lead(
         headers=headers,
     ).json()
     path = f"/v1/holds/{hold['id']}"
-    hold_lifecycle(db, settings, api.clock.advance(179))
+    hold_lifecycle(api.writer, settings, api.clock.advance(179))
     assert _status(api, path, headers) == "requested"
-    hold_lifecycle(db, settings, api.clock.advance(1))
+    hold_lifecycle(api.writer, settings, api.clock.advance(1))
     placed = api.http.get(path, headers=headers).json()
     assert placed["status"] == "ready" and len(placed["gpus"]) == 2
 
@@ -72,7 +72,7 @@ def test_silent_node_goes_offline_and_its_hold_moves(
     second = api.node("n2", gpus=2)
     api.clock.advance(settings.heartbeat_timeout_s - 5)
     api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
-    assert liveness(db, settings, api.clock.now) == 1
+    assert liveness(api.writer, settings, api.clock.now) == 1
     nodes = {n["name"]: n["status"] for n in api.http.get("/v1/nodes", headers=ADMIN).json()}
     assert nodes == {"n1": "offline", "n2": "online"}
     moved = api.http.get(f"/v1/holds/{alloc_first['id']}", headers=headers).json()
@@ -96,7 +96,7 @@ def test_silent_node_loses_its_allocations(
     api.node("n1", gpus=1)
     _, headers = api.tenant(quota=1)
     alloc = api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers).json()
-    liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+    liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
     lost = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
     assert lost["status"] == "lost" and "offline" in lost["reason"]
 
@@ -106,7 +106,7 @@ def test_retention_prunes_old_events_only(api: Api, db: Database, settings: Serv
     before = len(api.http.get("/v1/events", headers=ADMIN).json())
     api.clock.advance(settings.retention_days * 86400 + 1)
     api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=headers)
-    assert retention(db, settings, api.clock.now) >= before
+    assert retention(api.writer, settings, api.clock.now) >= before
     kinds = [e["to_state"] for e in api.http.get("/v1/events", headers=ADMIN).json()]
     assert kinds == ["pending"]
 
@@ -135,7 +135,7 @@ def test_hold_lost_before_warming_is_replaced_and_stays_placed(
     second = api.node("n2", gpus=2)
     api.clock.advance(settings.heartbeat_timeout_s - 5)
     api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
-    assert liveness(db, settings, api.clock.now) == 1
+    assert liveness(api.writer, settings, api.clock.now) == 1
     moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
     assert moved["status"] == "placed"
     assert [g["node"] for g in moved["gpus"]] == ["n2", "n2"]
@@ -210,7 +210,7 @@ def test_liveness_never_replaces_a_hold_onto_the_dead_node_with_a_warm_view(
     api.clock.advance(settings.heartbeat_timeout_s + 1)
     api.http.post(f"/v1/nodes/{alive}/heartbeat", json={}, headers=ADMIN)
     api.http.app.state.heartbeats.flush(db)
-    assert liveness(db, settings, api.clock.now) == 1
+    assert liveness(api.writer, settings, api.clock.now) == 1
     moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
     assert moved["status"] == "ready"
     active = [g for g in api.http.get("/v1/gpus", headers=ADMIN).json() if g["assigned_to"]]
@@ -224,7 +224,7 @@ def test_liveness_fails_a_hold_it_cannot_replace_and_says_why(
     api.node("n1", gpus=2)
     _, headers = api.tenant(quota=2)
     hold = api.http.post("/v1/holds", json={"gpu_count": 2, "ttl_s": 3600}, headers=headers).json()
-    assert liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1)) == 1
+    assert liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1)) == 1
     failed = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
     assert failed["status"] == "failed"
     assert failed["reason"] == "node n1 went offline; no capacity to re-place it"
@@ -250,7 +250,7 @@ def test_liveness_lets_the_most_confident_hold_choose_first_across_dead_nodes(
     api.clock.advance(settings.heartbeat_timeout_s + 1)
     api.http.post(f"/v1/nodes/{spare}/heartbeat", json={}, headers=ADMIN)
     api.http.app.state.heartbeats.flush(db)
-    assert liveness(db, settings, api.clock.now) == 2
+    assert liveness(api.writer, settings, api.clock.now) == 2
     moved = api.http.get(f"/v1/holds/{strong['id']}", headers=headers).json()
     assert moved["status"] == "ready" and moved["gpus"][0]["node_id"] == spare
     failed = api.http.get(f"/v1/holds/{weak['id']}", headers=headers).json()
@@ -299,9 +299,9 @@ def test_every_job_run_twice_at_the_same_now_changes_nothing_the_second_time(
     # A short retention, so that the events before this pass are due for pruning.
     settings = settings.model_copy(update={"retention_days": 20 / 86400})
     for job in JOBS:
-        assert job.run(db, settings, now) > 0, f"{job.name} had nothing to do"
+        assert job.run(api.writer, settings, now) > 0, f"{job.name} had nothing to do"
         before = _world(db)
-        assert job.run(db, settings, now) == 0, f"{job.name} changed something again"
+        assert job.run(api.writer, settings, now) == 0, f"{job.name} changed something again"
         assert _world(db) == before, job.name
     assert [status("holds", h) for h in (moves, expires, due)] == ["ready", "expired", "ready"]
     assert [status("allocations", a) for a in (lost, *leases, queued)] == [

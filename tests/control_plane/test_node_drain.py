@@ -44,7 +44,7 @@ def test_a_drained_node_takes_nothing_new_keeps_its_work_and_stays_drained(
     claimed = api.http.post(f"/v1/holds/{hold.json()['id']}/claim", json={}, headers=headers)
     assert claimed.status_code == 201 and claimed.json()["gpus"] == hold.json()["gpus"]
     # Silent, it goes offline; back (heartbeat or registration) it is drained again.
-    liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+    liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
     assert _status(api, node["id"]) == "offline"
     assert api.http.post(path, json={}, headers=ADMIN).json()["status"] == "draining"
     assert api.node("n1", gpus=4)["status"] == "draining"
@@ -59,7 +59,7 @@ def test_a_drained_node_takes_nothing_new_keeps_its_work_and_stays_drained(
     undrained = api.http.post(f"/v1/nodes/{node['id']}/undrain", headers=ADMIN)
     assert undrained.json()["status"] == "online"
     assert api.http.post(path, json={}, headers=ADMIN).json()["status"] == "online"
-    hold_lifecycle(db, settings, api.clock.now)
+    hold_lifecycle(api.writer, settings, api.clock.now)
     placed = api.http.get(f"/v1/allocations/{queued.json()['id']}", headers=headers).json()
     assert placed["status"] == "allocated"
 

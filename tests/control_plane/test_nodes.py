@@ -56,7 +56,7 @@ def test_flapping_node_goes_offline_and_comes_back(
     node = api.node("n1", gpus=2)
     path = f"/v1/nodes/{node['id']}/heartbeat"
     for _ in range(3):
-        liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+        liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
         status = api.http.get(f"/v1/nodes/{node['id']}", headers=ADMIN).json()["status"]
         assert status == "offline"
         assert api.http.post(path, json={}, headers=ADMIN).json()["status"] == "online"
@@ -106,7 +106,7 @@ def test_a_node_cannot_report_on_a_hold_that_moved_away(
     second = api.node("n2", gpus=2)
     api.clock.advance(settings.heartbeat_timeout_s - 5)
     api.http.post(f"/v1/nodes/{second['id']}/heartbeat", json={}, headers=ADMIN)
-    assert liveness(db, settings, api.clock.now) == 1
+    assert liveness(api.writer, settings, api.clock.now) == 1
     failure = {"ok": False, "warmup_s": 3.0, "exit_code": 1, "output_tail": "late"}
     late = api.http.post(
         f"/v1/nodes/{first['id']}/holds/{hold['id']}/warmup", json=failure, headers=ADMIN

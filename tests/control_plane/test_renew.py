@@ -27,15 +27,15 @@ def test_renewal_moves_the_lease_end(api: Api, db: Database, settings: ServerSet
     assert r.status_code == 200, r.text
     assert r.json()["lease_s"] == 60
     # The lease now ends 60 s after the renewal (t=110), not at t=60.
-    hold_lifecycle(db, settings, api.clock.advance(59))
+    hold_lifecycle(api.writer, settings, api.clock.advance(59))
     assert _status(api, alloc["id"], headers) == "allocated"
     r = api.http.post(
         f"/v1/allocations/{alloc['id']}/renew", json={"lease_s": 300}, headers=headers
     )
     assert r.status_code == 200 and r.json()["lease_s"] == 300
-    hold_lifecycle(db, settings, api.clock.advance(299))
+    hold_lifecycle(api.writer, settings, api.clock.advance(299))
     assert _status(api, alloc["id"], headers) == "allocated"
-    hold_lifecycle(db, settings, api.clock.advance(1))
+    hold_lifecycle(api.writer, settings, api.clock.advance(1))
     assert _status(api, alloc["id"], headers) == "expired"
     # An ended allocation is not brought back by a renewal.
     r = api.http.post(f"/v1/allocations/{alloc['id']}/renew", json={}, headers=headers)
@@ -54,7 +54,7 @@ def test_renewal_sets_a_lease_where_there_was_none(
     assert r.status_code == 422 and r.json()["error"]["field"] == "lease_s"
     r = api.http.post(path, json={"lease_s": 30}, headers=headers)
     assert r.status_code == 200 and r.json()["expires_at"] is not None
-    hold_lifecycle(db, settings, api.clock.advance(30))
+    hold_lifecycle(api.writer, settings, api.clock.advance(30))
     assert _status(api, alloc["id"], headers) == "expired"
 
 
@@ -72,9 +72,9 @@ def test_pending_allocation_keeps_the_new_length_for_its_grant(
     assert r.status_code == 200 and r.json()["status"] == "pending"
     api.clock.advance(500)  # a pending allocation's lease has not started: nothing expires
     assert api.http.delete(f"/v1/allocations/{first['id']}", headers=headers).status_code == 200
-    hold_lifecycle(db, settings, api.clock.advance(99))
+    hold_lifecycle(api.writer, settings, api.clock.advance(99))
     assert _status(api, waiting["id"], headers) == "allocated"
-    hold_lifecycle(db, settings, api.clock.advance(1))
+    hold_lifecycle(api.writer, settings, api.clock.advance(1))
     assert _status(api, waiting["id"], headers) == "expired"
 
 

@@ -11,7 +11,7 @@ from tests.support.state import assignment_state
 
 def _liveness(cp: ControlPlaneApp) -> int:
     state = cp.http.app.state  # type: ignore[attr-defined]
-    return liveness(state.db, state.settings, cp.clock.now)
+    return liveness(state.writer, state.settings, cp.clock.now)
 
 
 def test_a_late_report_on_a_hold_that_moved_away_is_refused_and_forgotten(

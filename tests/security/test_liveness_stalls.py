@@ -109,7 +109,7 @@ def _lose(api: Api, db: Database, settings: ServerSettings, **body: object) -> t
     allocated_at = api.clock.now
     alloc = api.http.post("/v1/allocations", json={"gpu_count": 1, **body}, headers=headers).json()
     assert alloc["status"] == "allocated"
-    liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+    liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
     lost = api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()
     assert lost["status"] == "lost"
     return node, {"alloc": alloc, "headers": headers, "alloc_at": allocated_at}
@@ -163,7 +163,7 @@ def test_an_allocation_across_nodes_returns_only_when_all_its_nodes_are_back(
     _, headers = api.tenant(quota=2)
     alloc = api.http.post("/v1/allocations", json={"gpu_count": 2}, headers=headers).json()
     assert {g["node"] for g in alloc["gpus"]} == {"n1", "n2"}
-    liveness(db, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
+    liveness(api.writer, settings, api.clock.advance(settings.heartbeat_timeout_s + 1))
 
     def status() -> str:
         return api.http.get(f"/v1/allocations/{alloc['id']}", headers=headers).json()["status"]

@@ -12,6 +12,7 @@ import httpx
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.db.migrate import upgrade
+from control_plane.services.writer import GroupWriter
 from predictors.types import Event, EventKind
 from smart_agent.agent import Agent
 from smart_agent.client import Client, RetryPolicy
@@ -56,6 +57,10 @@ class World:
             clock=self.clock,
             **kwargs,
         )  # type: ignore[arg-type]
+
+    @property
+    def writer(self) -> GroupWriter:
+        return self.server.writer
 
     def new_client(self) -> Client:
         return Client(self.server.url, self.key, retry=RetryPolicy(attempts=1))

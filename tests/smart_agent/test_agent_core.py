@@ -178,7 +178,7 @@ def test_unclaimed_hold_is_scored_expired_with_idle_time(world: World) -> None:
     feed_history(agent, world.clock)
     hold_id = agent.cycle(trigger="timer").holds[0]
     ttl = world.client.get_hold(hold_id).ttl_s
-    hold_lifecycle(world.db, world.settings, world.clock.advance(ttl + 1))
+    hold_lifecycle(world.writer, world.settings, world.clock.advance(ttl + 1))
     assert agent.reconcile() == 1
     row = world.log.query("SELECT * FROM forecasts WHERE hold_id=?", (hold_id,))[0]
     gpus = row["hold_gpus"]

@@ -24,7 +24,7 @@ def _status(world: World, alloc_id: str) -> str:
 
 
 def _expire(world: World) -> None:
-    hold_lifecycle(world.db, world.settings, world.clock())
+    hold_lifecycle(world.writer, world.settings, world.clock())
 
 
 def test_a_job_seen_alive_keeps_its_gpus_past_the_first_lease(world: World) -> None:

@@ -100,7 +100,7 @@ def test_allocations_the_agent_makes_have_a_lease(world: World) -> None:
     (alloc,) = world.client.list_allocations()
     assert alloc.lease_s == JOB_LEASE_S and alloc.status.value == "allocated"
     # Nothing ever says job j1 ended: its lease runs out and the GPU goes back.
-    hold_lifecycle(world.db, world.settings, world.clock.advance(JOB_LEASE_S + 1))
+    hold_lifecycle(world.writer, world.settings, world.clock.advance(JOB_LEASE_S + 1))
     assert world.client.get_allocation(alloc.id).status.value == "expired"
 
 

@@ -23,6 +23,8 @@ class LiveServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(settings, db=db, clock=clock, key_cache_ttl_s=0)
+        # The server's writer: periodic jobs a test runs by hand take their turn through it.
+        self.writer = app.state.writer
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
