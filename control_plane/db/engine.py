@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 from sqlalchemy import (
     ColumnElement,
@@ -24,6 +22,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
+from control_plane.db.session import EpochCache, TxSession
+
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 
 # Key of the PostgreSQL transaction-level advisory lock that serialises placement decisions.
@@ -32,55 +32,6 @@ DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-
-@dataclass
-class EpochCache:
-    """A value derived from the rows, good while the database's epoch is still `epoch`; one
-    per `Database`, so each database (and each test's) keeps its own."""
-
-    epoch: int | None = None
-    value: Any = None
-
-    def forget(self) -> None:
-        self.epoch, self.value = None, None
-
-
-class TransactionNotes(Protocol):
-    """What a layer above noted during a write transaction, settled by the transaction's owner
-    (`Database`) as the transaction ends: statements to run last, then commit or rollback."""
-
-    def before_commit(self, session: TxSession) -> None: ...
-
-    def after_commit(self) -> None: ...
-
-    def after_rollback(self) -> None: ...
-
-
-class TxSession(Session):
-    """The session of one of our transactions. What the transaction notes is in these typed
-    fields, read by `Database` where the transaction ends: no `session.info` keys and no
-    listeners on the Session class."""
-
-    def __init__(self, bind: Any, *, serialised: bool = False, cache: EpochCache) -> None:
-        super().__init__(bind, expire_on_commit=False)
-        # Writers take turns (SQLite's write lock, PostgreSQL's placement lock): placement
-        # decisions are safe in this transaction.
-        self.serialised = serialised
-        # The database's cached placement view, which `notes` may adopt or drop at the end.
-        self.view_cache = cache
-        # Nodes whose assignments this transaction changed: told at once after the commit.
-        self.touched_nodes: set[str] = set()
-        self.notes: TransactionNotes | None = None
-        # (transaction, dialect, DB-API connection), found once per transaction (services/sql).
-        self.dbapi: tuple[Any, Any, Any] | None = None
-
-
-def touch_nodes(session: Session, node_ids: Iterable[str]) -> None:
-    """Note that these nodes' assignments change: after the commit, they are told at once."""
-    if not isinstance(session, TxSession):
-        raise TypeError("touch_nodes needs a session of Database.write")
-    session.touched_nodes.update(node_ids)
 
 
 class DatabaseConfigError(ValueError):
@@ -343,7 +294,13 @@ class Database:
     def _write_session(self, placement: bool) -> Iterator[Session]:
         # Placement and assignment changes need writers to take turns (services check).
         serialised = placement or self.is_sqlite
-        with TxSession(self._write_bind, serialised=serialised, cache=self.view_cache) as session:
+        session = TxSession(
+            self._write_bind,
+            serialised=serialised,
+            cache=self.view_cache,
+            pipelines=not self.is_sqlite,
+        )
+        with session:
             with self._transaction(session):
                 if placement and not self.is_sqlite:
                     session.execute(
@@ -365,6 +322,7 @@ class Database:
                 yield
                 if session.notes is not None:
                     session.notes.before_commit(session)
+                session.send_deferred()  # the commit goes past the session: send them first
         except BaseException:
             if session.notes is not None:
                 session.notes.after_rollback()

@@ -7,8 +7,8 @@ from collections import Counter
 
 from sqlmodel import Session, col, select
 
-from control_plane.db.engine import touch_nodes
 from control_plane.db.models import AllocationRow, AssignmentRow, GpuRow, HoldRow, TenantRow
+from control_plane.db.session import touch_nodes
 from control_plane.schemas.allocations import Allocation, AllocationCreate, HoldClaim
 from control_plane.schemas.enums import AllocationStatus, HoldStatus
 from control_plane.services import granting, lifecycle, placing, sql

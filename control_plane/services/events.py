@@ -28,7 +28,7 @@ def record(
     reason: str | None = None,
 ) -> None:
     # A Core insert: events are write-only here, and the ORM's unit of work costs more.
-    sql.run(
+    sql.send(
         session,
         sql.INSERT_EVENT,
         {

@@ -80,7 +80,7 @@ def insert_placed(
     alloc.ready_at = None if alloc.warmup else now
     alloc.expires_at = None if alloc.lease_s is None else now + alloc.lease_s
     # The row before its assignments, which name it.
-    sql.run(session, sql.INSERT_ALLOCATION, vars(alloc))
+    sql.send(session, sql.INSERT_ALLOCATION, vars(alloc))
     lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
     granting.record_new(session, alloc, now=now, reason="placed at once")  # type: ignore[arg-type]
     return [uuid for uuid, _ in gpus]
@@ -104,7 +104,7 @@ def release_allocated(
         session.expire(loaded)
     alloc = SimpleNamespace(**row)
     alloc.status, alloc.released_at, alloc.reason = RELEASED, now, "released by client"
-    sql.run(
+    sql.send(
         session,
         sql.END_ALLOCATION,
         {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason},

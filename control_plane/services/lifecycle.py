@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import Row
 from sqlmodel import Session, col, select
 
-from control_plane.db.engine import touch_nodes
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow
+from control_plane.db.session import touch_nodes
 from control_plane.scheduling.fairshare import DecayedUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
@@ -26,7 +26,7 @@ def assign(
 ) -> None:
     """Set GPUs aside; `gpus` is (uuid, node_id) pairs. The unique index refuses a double."""
     placing.load_cluster(session).take([uuid for uuid, _ in gpus])
-    sql.run(
+    sql.send(
         session,
         sql.INSERT_ASSIGNMENT,
         [
@@ -125,7 +125,7 @@ def charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: floa
     if row is None:
         return
     usage = DecayedUsage(row[0], row[1]).charge(gpu_seconds, now)
-    sql.run(session, sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
+    sql.send(session, sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
 
 
 def move_node(

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 from sqlmodel import Session, col, select
 
-from control_plane.db.engine import EpochCache, TxSession
 from control_plane.db.models import (
     AssignmentRow,
     GpuRow,
     HoldRow,
     NodeRow,
 )
+from control_plane.db.session import EpochCache, TxSession
 from control_plane.metrics import placement_seconds
 from control_plane.scheduling.cluster import ClusterState, GpuSlot
 from control_plane.scheduling.placement import PlacementRequest, place

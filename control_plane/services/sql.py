@@ -5,16 +5,14 @@ cursor of the session's connection (SQLAlchemy's own execution costs more than S
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Executable, String, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.dml import Insert
 from sqlmodel import Session
 
-from control_plane.db.engine import TxSession
 from control_plane.db.models import (
     AllocationRow,
     ApiKeyRow,
@@ -26,6 +24,7 @@ from control_plane.db.models import (
     NodeRow,
     TenantRow,
 )
+from control_plane.db.session import TxSession
 from control_plane.schemas.enums import HoldStatus, JobClass
 
 ASSIGNMENT = AssignmentRow.__table__
@@ -210,6 +209,27 @@ def _compile(statement: Executable, dialect: Dialect, keys: tuple[str, ...] | No
     return found
 
 
+def _tx(session: Session) -> TxSession:
+    if not isinstance(session, TxSession):
+        raise TypeError("prebuilt statements run in a session of Database")
+    return session
+
+
+def _text(
+    session: Session, statement: Executable, first: Mapping[str, Any]
+) -> tuple[TxSession, Dialect, str, Callable[[Mapping[str, Any]], Any]]:
+    tx = _tx(session)
+    dialect, _ = tx.raw()
+    keys = tuple(first) if isinstance(statement, Insert) else None
+    text, literals, positions = _compile(statement, dialect, keys)
+
+    def bound(values: Mapping[str, Any]) -> Any:
+        merged = {**literals, **values} if literals else values
+        return tuple(merged[n] for n in positions) if positions is not None else merged
+
+    return tx, dialect, text, bound
+
+
 def run(
     session: Session,
     statement: Executable,
@@ -219,57 +239,58 @@ def run(
     session's connection, in its transaction; the cursor, to fetch from. A list of parameter
     sets runs as one executemany. Database errors come out as SQLAlchemy's exceptions (an
     IntegrityError from the unique index, an OperationalError from a lost server)."""
-    dialect, dbapi_connection = _dbapi(session)
+    return _go(session, statement, params, defer=False)
+
+
+def send(
+    session: Session,
+    statement: Executable,
+    params: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
+) -> None:
+    """`run` for a write whose result nobody reads. On PostgreSQL it travels with the
+    session's next statement, in one round trip (`TxSession.defer_raw`); its errors (the
+    unique index's) come out of that statement, still inside the same command's savepoint."""
+    _go(session, statement, params, defer=True)
+
+
+def _go(
+    session: Session,
+    statement: Executable,
+    params: Mapping[str, Any] | list[Mapping[str, Any]] | None,
+    *,
+    defer: bool,
+) -> Any:
     many = isinstance(params, list)
     first: Mapping[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
-    keys = tuple(first) if isinstance(statement, Insert) else None
-    text, literals, positions = _compile(statement, dialect, keys)
-
-    def bound(values: Mapping[str, Any]) -> Any:
-        merged = {**literals, **values} if literals else values
-        return tuple(merged[n] for n in positions) if positions is not None else merged
-
-    cursor = dbapi_connection.cursor()
-    try:
-        if many:
-            cursor.executemany(text, [bound(p) for p in params])  # type: ignore[union-attr]
-        else:
-            cursor.execute(text, bound(first))
-    except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
-        ) from exc
-    return cursor
-
-
-def _dbapi(session: Session) -> tuple[Dialect, Any]:
-    """The dialect and DB-API connection of the session's transaction, found once per
-    transaction (asking the session each time costs more than a SQLite statement)."""
-    root = session.get_transaction()
-    found = session.dbapi if isinstance(session, TxSession) else None
-    if found is not None and found[0] is root:
-        return found[1], found[2]
-    conn = session.connection()
-    dbapi_connection = conn.connection.dbapi_connection
-    if isinstance(session, TxSession):
-        session.dbapi = (session.get_transaction(), conn.dialect, dbapi_connection)
-    return conn.dialect, dbapi_connection
+    tx, _, text, bound = _text(session, statement, first)
+    values = [bound(p) for p in params] if many else bound(first)  # type: ignore[union-attr]
+    if defer:
+        tx.defer_raw(text, values, many=many)
+        return None
+    return tx.run_raw(text, values, many=many)
 
 
 def savepoint(session: Session, verb: str) -> None:
-    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, straight
-    on the connection; the caller keeps the ORM session in step (see the writer)."""
-    dialect, dbapi_connection = _dbapi(session)
-    cursor = dbapi_connection.cursor()
+    """SAVEPOINT or RELEASE SAVEPOINT of the command savepoint, straight on the connection; the
+    caller keeps the ORM session in step (see the writer). SAVEPOINT travels with the
+    command's first statement; RELEASE takes the command's deferred writes with it."""
+    tx = _tx(session)
     text = f"{verb} {COMMAND_SAVEPOINT}"
-    try:
-        cursor.execute(text)
-    except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            text, {}, exc, dialect.loaded_dbapi.Error, dialect=dialect
-        ) from exc
-    finally:
-        cursor.close()
+    if verb == "SAVEPOINT":
+        tx.defer_raw(text, None)
+    else:
+        tx.run_raw(text, None).close()
+
+
+def undo_savepoint(session: Session) -> None:
+    """Undo the command since its savepoint, and release it. Writes still held back are
+    dropped (the server never saw them); if the savepoint itself was never sent, nothing was
+    and there is nothing to undo."""
+    dropped = _tx(session).drop_deferred()
+    if dropped and dropped[0][0] == f"SAVEPOINT {COMMAND_SAVEPOINT}":
+        return
+    savepoint(session, "ROLLBACK TO SAVEPOINT")
+    savepoint(session, "RELEASE SAVEPOINT")
 
 
 def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:

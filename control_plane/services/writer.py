@@ -282,15 +282,15 @@ class GroupWriter:
         try:
             result = self._run(session, command)
             session.flush()
-        except Exception as exc:
-            sql.savepoint(session, "ROLLBACK TO SAVEPOINT")
+            # With the command's held-back writes (PostgreSQL): their errors are its own.
             sql.savepoint(session, "RELEASE SAVEPOINT")
+        except Exception as exc:
+            sql.undo_savepoint(session)
             session.expunge_all()
             placing.drop_view(session)
             # A concurrent twin (another replica) stored the key first: run it again alone,
             # where it reads the twin's answer.
             return _ALONE if isinstance(exc, IntegrityError) else exc
-        sql.savepoint(session, "RELEASE SAVEPOINT")
         return result
 
     def _run(self, session: Session, command: Command) -> Any:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from control_plane.db.engine import Database, touch_nodes
+from control_plane.db.engine import Database
+from control_plane.db.session import touch_nodes
 from tests.control_plane.conftest import ADMIN, Api
 
 

@@ -1,0 +1,159 @@
+"""The session of our transactions: what a transaction notes, and writes sent in one round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlmodel import Session
+
+
+@dataclass
+class EpochCache:
+    """A value derived from the rows, good while the database's epoch is still `epoch`; one
+    per `Database`, so each database (and each test's) keeps its own."""
+
+    epoch: int | None = None
+    value: Any = None
+
+    def forget(self) -> None:
+        self.epoch, self.value = None, None
+
+
+class TransactionNotes(Protocol):
+    """What a layer above noted during a write transaction, settled by the transaction's owner
+    (`Database`) as the transaction ends: statements to run last, then commit or rollback."""
+
+    def before_commit(self, session: TxSession) -> None: ...
+
+    def after_commit(self) -> None: ...
+
+    def after_rollback(self) -> None: ...
+
+
+class TxSession(Session):
+    """The session of one of our transactions. What the transaction notes is in these typed
+    fields, read by `Database` where the transaction ends: no `session.info` keys and no
+    listeners on the Session class."""
+
+    def __init__(
+        self, bind: Any, *, serialised: bool = False, cache: EpochCache, pipelines: bool = False
+    ) -> None:
+        super().__init__(bind, expire_on_commit=False)
+        # Writers take turns (SQLite's write lock, PostgreSQL's placement lock): placement
+        # decisions are safe in this transaction.
+        self.serialised = serialised
+        # The database's cached placement view, which `notes` may adopt or drop at the end.
+        self.view_cache = cache
+        # Nodes whose assignments this transaction changed: told at once after the commit.
+        self.touched_nodes: set[str] = set()
+        self.notes: TransactionNotes | None = None
+        # (transaction, dialect, DB-API connection), found once per transaction.
+        self._dbapi: tuple[Any, Dialect, Any] | None = None
+        # Writes nobody reads a result of, held back to travel with the next statement in one
+        # pipeline (PostgreSQL, where each statement is a round trip): (SQL, parameters, many).
+        self._pipelines = pipelines
+        self._deferred: list[tuple[str, Any, bool]] = []
+
+    def raw(self) -> tuple[Dialect, Any]:
+        """The dialect and DB-API connection of this transaction, found once per transaction
+        (asking the session each time costs more than a SQLite statement)."""
+        root = self.get_transaction()
+        found = self._dbapi
+        if found is not None and found[0] is root:
+            return found[1], found[2]
+        connection = super().connection()
+        dbapi_connection = connection.connection.dbapi_connection
+        self._dbapi = (self.get_transaction(), connection.dialect, dbapi_connection)
+        return connection.dialect, dbapi_connection
+
+    def run_raw(self, text: str, params: Any, *, many: bool = False) -> Any:
+        """Execute SQL on the DB-API connection, after the deferred writes and in the same
+        round trip; the cursor. Database errors (the deferred writes' too) come out as
+        SQLAlchemy's: an IntegrityError from the unique index, an OperationalError from a
+        lost server."""
+        dialect, dbapi_connection = self.raw()
+        cursor = dbapi_connection.cursor()
+        with _as_sqlalchemy_errors(dialect, text, params):
+            if self._deferred:
+                with dbapi_connection.pipeline():
+                    self._send_deferred(dbapi_connection)
+                    _execute(cursor, text, params, many)
+            else:
+                _execute(cursor, text, params, many)
+        return cursor
+
+    def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
+        """A write whose result nobody reads: with PostgreSQL it is sent with the next
+        statement of this session (any: ours, the ORM's, the commit's), else at once."""
+        if self._pipelines:
+            self._deferred.append((text, params, many))
+        else:
+            self.run_raw(text, params, many=many)
+
+    def send_deferred(self) -> None:
+        """Send the deferred writes now, in one round trip."""
+        if self._deferred:
+            dialect, dbapi_connection = self.raw()
+            text = self._deferred[0][0]
+            with _as_sqlalchemy_errors(dialect, text, None), dbapi_connection.pipeline():
+                self._send_deferred(dbapi_connection)
+
+    def drop_deferred(self) -> list[tuple[str, Any, bool]]:
+        """Forget the deferred writes (their command failed before the server saw them)."""
+        dropped, self._deferred = self._deferred, []
+        return dropped
+
+    def _send_deferred(self, dbapi_connection: Any) -> None:
+        pending, self._deferred = self._deferred, []
+        cursor = dbapi_connection.cursor()
+        for text, params, many in pending:
+            _execute(cursor, text, params, many)
+
+    # Every other statement of the session goes after the deferred writes: the ORM's queries
+    # and lazy loads (`_execute_internal`), its unit of work (`flush`) and Core statements on
+    # `connection()`. tests/control_plane/test_deferred_writes.py holds SQLAlchemy to this.
+
+    def _execute_internal(self, *args: Any, **kwargs: Any) -> Any:
+        self.send_deferred()
+        return super()._execute_internal(*args, **kwargs)
+
+    def flush(self, objects: Any = None) -> None:
+        if self.new or self.dirty or self.deleted:  # else the ORM sends nothing
+            self.send_deferred()
+        super().flush(objects)
+
+    def connection(self, *args: Any, **kwargs: Any) -> Any:
+        connection = super().connection(*args, **kwargs)
+        self.send_deferred()
+        return connection
+
+
+@contextmanager
+def _as_sqlalchemy_errors(dialect: Dialect, text: str, params: Any) -> Iterator[None]:
+    try:
+        yield
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
+        ) from exc
+
+
+def _execute(cursor: Any, text: str, params: Any, many: bool) -> None:
+    if many:
+        cursor.executemany(text, params)
+    elif params is None:
+        cursor.execute(text)
+    else:
+        cursor.execute(text, params)
+
+
+def touch_nodes(session: Session, node_ids: Iterable[str]) -> None:
+    """Note that these nodes' assignments change: after the commit, they are told at once."""
+    if not isinstance(session, TxSession):
+        raise TypeError("touch_nodes needs a session of Database.write")
+    session.touched_nodes.update(node_ids)
