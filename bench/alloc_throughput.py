@@ -2,9 +2,12 @@
 
     .venv/bin/python bench/alloc_throughput.py --db sqlite --runs 3
     .venv/bin/python bench/alloc_throughput.py --db postgresql --runs 3
+    .venv/bin/python bench/alloc_throughput.py --db postgresql --db-delay-ms 0.25 --runs 3
 
 Each wrk connection alternates POST /v1/allocations (1 GPU) and DELETE of what it got, so one
-allocation is two committed transactions. Prints the median over runs.
+allocation is two committed transactions. Prints the median over runs. `--db-delay-ms` puts
+PostgreSQL behind a proxy that delays each direction (`delayproxy.py`), as a database on
+another host would be: there the writer waits on round trips, not on the CPU.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +27,7 @@ from pathlib import Path
 import psutil
 from machine import REPO, describe
 
-from tests.support.pg import TempPostgres
+from tests.support.pg import TempPostgres, free_port
 from tests.support.procs import ServerProc
 
 ADMIN = "bench-admin-token-0123456789"
@@ -75,8 +80,28 @@ def run_wrk(url: str, token: str, *, seconds: int, connections: int, threads: in
     return result
 
 
+def _wait_for_port(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def one_run(db: str, args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dict:
     url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'bench.db'}"
+    proxy = None
+    if pg and args.db_delay_ms is not None:
+        port = free_port()
+        delay_s = str(args.db_delay_ms / 1000)
+        script = str(REPO / "bench" / "delayproxy.py")
+        proxy = subprocess.Popen([sys.executable, script, str(port), str(pg.port), delay_s])
+        _wait_for_port(port)
+        url = url.replace(f":{pg.port}/", f":{port}/")
     env = {
         "JITGPU_LOG_LEVEL": "warning",
         "JITGPU_SQLITE_SYNCHRONOUS": args.synchronous,
@@ -104,6 +129,9 @@ def one_run(db: str, args: argparse.Namespace, tmp: Path, pg: TempPostgres | Non
         return result
     finally:
         server.stop()
+        if proxy is not None:
+            proxy.kill()
+            proxy.wait()
         if not pg:
             for f in tmp.glob("bench.db*"):
                 f.unlink()
@@ -117,7 +145,15 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--nodes", type=int, default=16)
     parser.add_argument("--synchronous", default="NORMAL", help="SQLite synchronous pragma")
+    parser.add_argument(
+        "--db-delay-ms",
+        type=float,
+        default=None,
+        help="PostgreSQL only: delay each direction by this much, through a proxy",
+    )
     args = parser.parse_args()
+    if args.db_delay_ms is not None and args.db != "postgresql":
+        parser.error("--db-delay-ms applies to --db postgresql only")
     if not shutil.which("wrk"):
         raise SystemExit("wrk not found: apt-get install wrk")
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-bench-"))
@@ -143,6 +179,8 @@ def main() -> None:
     }
     errors = sum(r["errors"] for r in runs)
     label = args.db + (f" (synchronous={args.synchronous})" if args.db == "sqlite" else "")
+    if args.db_delay_ms is not None:
+        label += f" behind a proxy delaying each way {args.db_delay_ms:g} ms"
     print(f"machine: {describe()}")
     print(
         f"{label}: {med['allocations_per_s']:.0f} allocations/s "
