@@ -56,7 +56,10 @@ def create_app(
                 watch.expect("heartbeat flush", settings.heartbeat_flush_s)
                 on_flush = partial(watch.beat, "heartbeat flush")
             flusher = Flusher(
-                app.state.heartbeats, database, settings.heartbeat_flush_s, on_flush=on_flush
+                app.state.heartbeats,
+                app.state.writer,
+                settings.heartbeat_flush_s,
+                on_flush=on_flush,
             )
             flusher.start()
         runner = None

@@ -142,6 +142,11 @@ def _beat(
             if not _key_holds(session, state, token, recheck):
                 return _REFUSED
     reply = nodes.heartbeat(
-        state.db, node_id=node_id, body=report, now=state.clock(), buffer=state.heartbeats
+        state.db,
+        state.writer,
+        node_id=node_id,
+        body=report,
+        now=state.clock(),
+        buffer=state.heartbeats,
     )
     return reply.model_dump_json()

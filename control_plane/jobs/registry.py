@@ -28,7 +28,7 @@ class Job:
 
 def liveness(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Silent nodes go offline: their allocations are lost, their holds re-placed or failed."""
-    return writer.run_tick(
+    return writer.run_from_thread(
         lambda session: evacuate.take_silent_nodes_offline(
             session, now=now, timeout_s=settings.heartbeat_timeout_s
         )
@@ -37,12 +37,12 @@ def liveness(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
 
 def hold_lifecycle(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Expire what is past its time, place holds whose lead time began, serve the queue."""
-    return writer.run_tick(lambda session: periodic.expire_and_activate(session, now=now))
+    return writer.run_from_thread(lambda session: periodic.expire_and_activate(session, now=now))
 
 
 def retention(writer: GroupWriter, settings: ServerSettings, now: float) -> int:
     """Prune events past the retention age and idempotency records past a day."""
-    return writer.run_tick(
+    return writer.run_from_thread(
         lambda session: periodic.prune(
             session,
             now=now,

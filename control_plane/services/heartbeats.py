@@ -1,5 +1,5 @@
 """Write-behind of heartbeats: telemetry and the time a node was last heard from are
-coalesced in memory and written in one transaction per flush, not one per heartbeat."""
+coalesced in memory and written in one writer command per flush, not one per heartbeat."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from sqlalchemy import bindparam, update
 
-from control_plane.db.engine import Database
 from control_plane.db.models import NodeRow
+from control_plane.services.writer import GroupWriter
 
 log = logging.getLogger("jitgpu.heartbeats")
 
@@ -42,21 +42,19 @@ class HeartbeatBuffer:
         with self._lock:
             return len(self._pending)
 
-    def flush(self, db: Database) -> int:
-        """Write what is pending in one transaction; on failure keep it for the next flush."""
+    def flush(self, writer: GroupWriter) -> int:
+        """Write what is pending in one command of the writer (call it from a thread other than
+        the event loop's); on failure keep it for the next flush."""
         with self._lock:
             batch, self._pending = self._pending, {}
         if not batch:
             return 0
+        rows = [
+            {"node": node, "at": at, "telemetry": telemetry}
+            for node, (at, telemetry) in batch.items()
+        ]
         try:
-            with db.write() as session:
-                session.connection().execute(
-                    FLUSH,
-                    [
-                        {"node": node, "at": at, "telemetry": telemetry}
-                        for node, (at, telemetry) in batch.items()
-                    ],
-                )
+            writer.run_from_thread(lambda session: session.connection().execute(FLUSH, rows))
         except Exception:
             with self._lock:
                 for node, item in batch.items():
@@ -73,13 +71,13 @@ class Flusher:
     def __init__(
         self,
         buffer: HeartbeatBuffer,
-        db: Database,
+        writer: GroupWriter,
         interval_s: float,
         on_flush: Callable[[], None] | None = None,
     ) -> None:
         self.buffer = buffer
         self.on_flush = on_flush  # told of every successful flush (the stall watch)
-        self.db = db
+        self.writer = writer
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="heartbeat-flush", daemon=True)
@@ -98,7 +96,7 @@ class Flusher:
 
     def _flush(self) -> None:
         try:
-            self.buffer.flush(self.db)
+            self.buffer.flush(self.writer)
             if self.on_flush is not None:
                 self.on_flush()
         except Exception:  # the database may be away; heartbeats wait for the next flush

@@ -28,6 +28,7 @@ from control_plane.services.errors import Conflict, Forbidden, NotFound
 from control_plane.services.events import record
 from control_plane.services.heartbeats import HeartbeatBuffer
 from control_plane.services.ids import new_id
+from control_plane.services.writer import GroupWriter
 
 ADMIN_DRAIN = "drained by an administrator"
 
@@ -180,6 +181,7 @@ def _sync_gpus(session: Session, node: NodeRow, body: NodeRegister, now: float) 
 
 def heartbeat(
     db: Database,
+    writer: GroupWriter,
     *,
     node_id: str,
     body: Heartbeat,
@@ -193,7 +195,8 @@ def heartbeat(
     unhealthy takes its holds with it (re-placed or failed, as when a node dies).
 
     The common heartbeat (nothing changed but the telemetry) only reads and leaves the write
-    to `buffer`, which many heartbeats share; a state change is written at once.
+    to `buffer`, which many heartbeats share; a state change is written at once, as a command
+    of the writer (the caller is a worker thread).
     """
     with db.read(snapshot=True) as session:
         if buffer is not None:
@@ -203,12 +206,15 @@ def heartbeat(
             changes = True
         else:
             changes = _changes(session, node_id, body)[1]
-    with db.write(placement=changes) as session:
+
+    def write(session: Session) -> None:
         node = _node_or_404(session, node_id)
         node.last_heartbeat_at = now
         node.telemetry_json = _telemetry_json(body)
         if changes:
             _apply_changes(session, node, body, now)
+
+    writer.run_from_thread(write)
     # Read after the commit, so that the reply's epoch is that of the state it shows.
     return work(db, node_id=node_id)
 

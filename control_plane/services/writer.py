@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 
 def _no_use_case(session: Session, now: float) -> Any:
-    raise AssertionError("a tick runs its own work")
+    raise AssertionError("a command from a thread runs its own work")
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,10 @@ class Command:
     key: str | None = None
     digest: str = ""
     answer: Future[Any] = field(default_factory=Future)
-    # A periodic job's work (`GroupWriter.run_tick`), run as it is and answered with its
-    # own result; it brings its own `now`, the time its job was due.
-    tick: Callable[[Session], Any] | None = None
+    # Work queued from another thread (`GroupWriter.run_from_thread`: a periodic job, a
+    # heartbeat's change, a telemetry flush), run as it is and answered with its own result;
+    # it brings its own `now`.
+    work: Callable[[Session], Any] | None = None
     # Set by `call`: the event loop's own future, settled from `answer` with the rest of the
     # batch in one hand-over to the loop (a wake-up per command cost more than its write).
     waiter: asyncio.Future[tuple[int, str]] | None = None
@@ -71,7 +72,7 @@ class _Alone:
 
 
 _ALONE = _Alone()
-_Result = Any  # (status, JSON text), a tick's result, the exception raised, or _ALONE
+_Result = Any  # (status, JSON text), a work's result, the exception raised, or _ALONE
 _STOP = object()
 
 
@@ -120,12 +121,13 @@ class GroupWriter:
             self._to_thread([command])
         return await waiter
 
-    def run_tick(self, tick: Callable[[Session], T]) -> T:
-        """Run a periodic job's work as a command of this writer and wait for its result, from
-        a thread other than the event loop's (the jobs' scheduler). It takes its turn on the
-        writer thread, in a savepoint of whatever batch it joins, and is answered after that
-        commit; a tick that fails is undone alone and raises here."""
-        command = Command(use_case=_no_use_case, tick=tick)
+    def run_from_thread(self, work: Callable[[Session], T]) -> T:
+        """Run `work` as a command of this writer and wait for its result, from a thread other
+        than the event loop's: a periodic job, a heartbeat that changes state, a telemetry
+        flush. It takes its turn on the writer thread, in a savepoint of whatever batch it
+        joins, and is answered after that commit; work that fails is undone alone and raises
+        here."""
+        command = Command(use_case=_no_use_case, work=work)
         self._to_thread([command])
         return command.answer.result()
 
@@ -294,8 +296,8 @@ class GroupWriter:
         return result
 
     def _run(self, session: Session, command: Command) -> Any:
-        if command.tick is not None:
-            return command.tick(session)
+        if command.work is not None:
+            return command.work(session)
         return idempotency.apply(
             session,
             owner=command.owner,
@@ -307,9 +309,9 @@ class GroupWriter:
 
     def _alone(self, command: Command) -> None:
         try:
-            if command.tick is not None:
+            if command.work is not None:
                 with self._db.write(placement=True) as session:
-                    result = command.tick(session)
+                    result = command.work(session)
             else:
                 result = idempotency.run_digested(
                     self._db,

@@ -218,8 +218,8 @@ def test_a_periodic_tick_is_a_command_of_the_writer(api: Api, db: Database) -> N
 
     batch = [
         Command(use_case=_allocate(tenant_id, 4)),
-        Command(use_case=writer_module._no_use_case, tick=tick_that_fails),
-        Command(use_case=writer_module._no_use_case, tick=lambda session: 7),
+        Command(use_case=writer_module._no_use_case, work=tick_that_fails),
+        Command(use_case=writer_module._no_use_case, work=lambda session: 7),
     ]
     _writer(api).apply_batch(batch)
     assert batch[0].answer.result()[0] == 201
@@ -231,5 +231,5 @@ def test_a_periodic_tick_is_a_command_of_the_writer(api: Api, db: Database) -> N
     writer = _writer(api)
     before = writer.commands
     count = select(func.count()).select_from(AllocationRow)
-    assert writer.run_tick(lambda session: session.execute(count).scalar_one()) == 1
+    assert writer.run_from_thread(lambda session: session.execute(count).scalar_one()) == 1
     assert writer.commands == before + 1

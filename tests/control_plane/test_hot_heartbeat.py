@@ -98,7 +98,7 @@ def test_heartbeats_answer_alike_on_both_paths(cached: Api, path: str) -> None:
     assert body["node_id"] == n1.node_id and body["status"] == "online"
     assert [x["id"] for x in body["assignments"]] == [alloc.json()["id"]]
     assert body["epoch"] >= 1 and body["rotate_credential"] is False
-    api.http.app.state.heartbeats.flush(api.http.app.state.db)  # type: ignore[attr-defined]
+    api.http.app.state.heartbeats.flush(api.writer)  # type: ignore[attr-defined]
     shown = api.http.get(f"/v1/nodes/{n1.node_id}", headers=ADMIN).json()
     assert shown["host"] == {"cpu_pct": 12.5}
     by_uuid = {g["uuid"]: g for g in shown["gpus"]}

@@ -181,7 +181,7 @@ def test_heartbeats_are_written_behind_and_state_changes_at_once(
         api.http.get(f"/v1/nodes/{node['id']}", headers=ADMIN).json()["last_heartbeat_at"]
         == registered
     )  # not yet written
-    assert buffer.flush(db) == 1
+    assert buffer.flush(api.writer) == 1
     with db.read() as session:
         row = session.get(NodeRow, node["id"])
         assert row.last_heartbeat_at == api.clock.now and "41.5" in row.telemetry_json
@@ -193,7 +193,7 @@ def test_heartbeats_are_written_behind_and_state_changes_at_once(
     assert gpus == {"GPU-n1-0": True, "GPU-n1-1": False}
     # An older buffered heartbeat never overwrites a newer time.
     buffer.put(node["id"], api.clock.now - 100, "{}")
-    buffer.flush(db)
+    buffer.flush(api.writer)
     with db.read() as session:
         assert session.get(NodeRow, node["id"]).last_heartbeat_at == api.clock.now
 
@@ -209,7 +209,7 @@ def test_liveness_never_replaces_a_hold_onto_the_dead_node_with_a_warm_view(
     (alive,) = set(nodes) - {dead}
     api.clock.advance(settings.heartbeat_timeout_s + 1)
     api.http.post(f"/v1/nodes/{alive}/heartbeat", json={}, headers=ADMIN)
-    api.http.app.state.heartbeats.flush(db)
+    api.http.app.state.heartbeats.flush(api.writer)
     assert liveness(api.writer, settings, api.clock.now) == 1
     moved = api.http.get(f"/v1/holds/{hold['id']}", headers=headers).json()
     assert moved["status"] == "ready"
@@ -249,7 +249,7 @@ def test_liveness_lets_the_most_confident_hold_choose_first_across_dead_nodes(
     spare = api.node("n3", gpus=1)["id"]
     api.clock.advance(settings.heartbeat_timeout_s + 1)
     api.http.post(f"/v1/nodes/{spare}/heartbeat", json={}, headers=ADMIN)
-    api.http.app.state.heartbeats.flush(db)
+    api.http.app.state.heartbeats.flush(api.writer)
     assert liveness(api.writer, settings, api.clock.now) == 2
     moved = api.http.get(f"/v1/holds/{strong['id']}", headers=headers).json()
     assert moved["status"] == "ready" and moved["gpus"][0]["node_id"] == spare
@@ -294,7 +294,7 @@ def test_every_job_run_twice_at_the_same_now_changes_nothing_the_second_time(
     for node in alive:
         api.http.post(f"/v1/nodes/{node['id']}/heartbeat", json={}, headers=ADMIN)
     if api.http.app.state.heartbeats is not None:
-        api.http.app.state.heartbeats.flush(db)
+        api.http.app.state.heartbeats.flush(api.writer)
     now = api.clock.advance(5)
     # A short retention, so that the events before this pass are due for pruning.
     settings = settings.model_copy(update={"retention_days": 20 / 86400})

@@ -199,5 +199,5 @@ def test_heartbeats_never_change_assignment_state(api: Api, db: Database) -> Non
         assert len(reply.json()["assignments"]) == 3
     buffer = api.http.app.state.heartbeats
     if buffer is not None:
-        buffer.flush(db)
+        buffer.flush(api.writer)
     assert assignment_state(db) == before

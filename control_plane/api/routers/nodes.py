@@ -51,6 +51,7 @@ def heartbeat(
     return model_json(
         nodes.heartbeat(
             db,
+            request.app.state.writer,
             node_id=node_id,
             body=body or Heartbeat(),
             now=clock(),
