@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +43,7 @@ class TxSession(Session):
         self, bind: Any, *, serialised: bool = False, cache: EpochCache, pipelines: bool = False
     ) -> None:
         super().__init__(bind, expire_on_commit=False)
+        self.dialect: Dialect = bind.dialect
         # Writers take turns (SQLite's write lock, PostgreSQL's placement lock): placement
         # decisions are safe in this transaction.
         self.serialised = serialised
@@ -78,13 +78,20 @@ class TxSession(Session):
         lost server."""
         dialect, dbapi_connection = self.raw()
         cursor = dbapi_connection.cursor()
-        with _as_sqlalchemy_errors(dialect, text, params):
+        # A try block, not a context manager: this runs for every hot statement.
+        try:
             if self._deferred:
                 with dbapi_connection.pipeline():
                     self._send_deferred(dbapi_connection)
                     _execute(cursor, text, params, many)
+            elif many:
+                cursor.executemany(text, params)
+            elif params is None:
+                cursor.execute(text)
             else:
-                _execute(cursor, text, params, many)
+                cursor.execute(text, params)
+        except dialect.loaded_dbapi.Error as exc:
+            raise _as_sqlalchemy_error(dialect, text, params, exc) from exc
         return cursor
 
     def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
@@ -100,8 +107,11 @@ class TxSession(Session):
         if self._deferred:
             dialect, dbapi_connection = self.raw()
             text = self._deferred[0][0]
-            with _as_sqlalchemy_errors(dialect, text, None), dbapi_connection.pipeline():
-                self._send_deferred(dbapi_connection)
+            try:
+                with dbapi_connection.pipeline():
+                    self._send_deferred(dbapi_connection)
+            except dialect.loaded_dbapi.Error as exc:
+                raise _as_sqlalchemy_error(dialect, text, None, exc) from exc
 
     def drop_deferred(self) -> list[tuple[str, Any, bool]]:
         """Forget the deferred writes (their command failed before the server saw them)."""
@@ -119,28 +129,25 @@ class TxSession(Session):
     # `connection()`. tests/control_plane/test_deferred_writes.py holds SQLAlchemy to this.
 
     def _execute_internal(self, *args: Any, **kwargs: Any) -> Any:
-        self.send_deferred()
+        if self._deferred:
+            self.send_deferred()
         return super()._execute_internal(*args, **kwargs)
 
     def flush(self, objects: Any = None) -> None:
-        if self.new or self.dirty or self.deleted:  # else the ORM sends nothing
+        # `_is_clean` is what Session.flush itself asks: a clean session sends nothing.
+        if self._deferred and not self._is_clean():
             self.send_deferred()
         super().flush(objects)
 
     def connection(self, *args: Any, **kwargs: Any) -> Any:
         connection = super().connection(*args, **kwargs)
-        self.send_deferred()
+        if self._deferred:
+            self.send_deferred()
         return connection
 
 
-@contextmanager
-def _as_sqlalchemy_errors(dialect: Dialect, text: str, params: Any) -> Iterator[None]:
-    try:
-        yield
-    except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect
-        ) from exc
+def _as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception) -> Exception:
+    return DBAPIError.instance(text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
 def _execute(cursor: Any, text: str, params: Any, many: bool) -> None:

@@ -5,7 +5,7 @@ cursor of the session's connection (SQLAlchemy's own execution costs more than S
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Executable, String, bindparam, func, insert, or_, select, update
@@ -215,21 +215,6 @@ def _tx(session: Session) -> TxSession:
     return session
 
 
-def _text(
-    session: Session, statement: Executable, first: Mapping[str, Any]
-) -> tuple[TxSession, Dialect, str, Callable[[Mapping[str, Any]], Any]]:
-    tx = _tx(session)
-    dialect, _ = tx.raw()
-    keys = tuple(first) if isinstance(statement, Insert) else None
-    text, literals, positions = _compile(statement, dialect, keys)
-
-    def bound(values: Mapping[str, Any]) -> Any:
-        merged = {**literals, **values} if literals else values
-        return tuple(merged[n] for n in positions) if positions is not None else merged
-
-    return tx, dialect, text, bound
-
-
 def run(
     session: Session,
     statement: Executable,
@@ -239,7 +224,8 @@ def run(
     session's connection, in its transaction; the cursor, to fetch from. A list of parameter
     sets runs as one executemany. Database errors come out as SQLAlchemy's exceptions (an
     IntegrityError from the unique index, an OperationalError from a lost server)."""
-    return _go(session, statement, params, defer=False)
+    tx, text, values, many = _prepare(session, statement, params)
+    return tx.run_raw(text, values, many=many)
 
 
 def send(
@@ -250,24 +236,37 @@ def send(
     """`run` for a write whose result nobody reads. On PostgreSQL it travels with the
     session's next statement, in one round trip (`TxSession.defer_raw`); its errors (the
     unique index's) come out of that statement, still inside the same command's savepoint."""
-    _go(session, statement, params, defer=True)
+    tx, text, values, many = _prepare(session, statement, params)
+    tx.defer_raw(text, values, many=many)
 
 
-def _go(
+def _prepare(
     session: Session,
     statement: Executable,
     params: Mapping[str, Any] | list[Mapping[str, Any]] | None,
-    *,
-    defer: bool,
-) -> Any:
+) -> tuple[TxSession, str, Any, bool]:
+    """The session, SQL text and DB-API parameters of a prebuilt statement (compiled once per
+    dialect and set of insert columns). Kept to one call: it runs for every hot statement."""
+    if not isinstance(session, TxSession):
+        raise TypeError("prebuilt statements run in a session of Database")
     many = isinstance(params, list)
     first: Mapping[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
-    tx, _, text, bound = _text(session, statement, first)
-    values = [bound(p) for p in params] if many else bound(first)  # type: ignore[union-attr]
-    if defer:
-        tx.defer_raw(text, values, many=many)
-        return None
-    return tx.run_raw(text, values, many=many)
+    keys = tuple(first) if isinstance(statement, Insert) else None
+    text, literals, positions = _compile(statement, session.dialect, keys)
+    if many:
+        return session, text, [_bound(p, literals, positions) for p in params], True  # type: ignore[union-attr]
+    if literals:
+        first = {**literals, **first}
+    if positions is not None:
+        return session, text, tuple(first[n] for n in positions), False
+    return session, text, first, False
+
+
+def _bound(
+    values: Mapping[str, Any], literals: dict[str, Any], positions: Sequence[str] | None
+) -> Any:
+    merged = {**literals, **values} if literals else values
+    return tuple(merged[n] for n in positions) if positions is not None else merged
 
 
 def savepoint(session: Session, verb: str) -> None:
