@@ -205,15 +205,10 @@ class Database:
         """
         if self._loop_engine is None:
             raise ReadWouldWait("no reads on the event loop with this database")
-        try:
+        with self._on_loop_connection("reader", ReadWouldWait):
             session = TxSession(self._loop_connection("reader"), cache=self.view_cache)
             with session, session.begin():
                 yield session
-        except OperationalError as exc:
-            self._drop_loop_connection("reader")
-            if _busy(exc):
-                raise ReadWouldWait(str(exc.orig)) from exc
-            raise
 
     @property
     def loop_writes(self) -> bool:
@@ -236,18 +231,13 @@ class Database:
         if not self._write_mutex.acquire(blocking=False):
             raise WriteWouldWait("another writer of this process holds the database")
         try:
-            try:
+            with self._on_loop_connection("writer", WriteWouldWait):
                 session = TxSession(
                     self._loop_connection("writer"), serialised=True, cache=self.view_cache
                 )
                 # BEGIN IMMEDIATE: the write lock, or busy at once.
                 with session, self._transaction(session):
                     yield session
-            except OperationalError as exc:
-                self._drop_loop_connection("writer")
-                if _busy(exc):
-                    raise WriteWouldWait(str(exc.orig)) from exc
-                raise
         finally:
             self._write_mutex.release()
         self._publish(session.touched_nodes)
@@ -334,6 +324,19 @@ class Database:
         if touched:
             for hook in list(self._commit_hooks):
                 hook(touched)
+
+    @contextmanager
+    def _on_loop_connection(self, role: str, would_wait: type[Exception]) -> Iterator[None]:
+        """A database error on the loop's connection for `role` drops that connection (the
+        next use opens a fresh one); a busy file becomes `would_wait`, for the caller to do
+        the work on a thread instead."""
+        try:
+            yield
+        except OperationalError as exc:
+            self._drop_loop_connection(role)
+            if _busy(exc):
+                raise would_wait(str(exc.orig)) from exc
+            raise
 
     def _drop_loop_connection(self, role: str) -> None:
         connection = getattr(self._loop_connections, role, None)

@@ -78,7 +78,8 @@ class TxSession(Session):
         lost server."""
         dialect, dbapi_connection = self.raw()
         cursor = dbapi_connection.cursor()
-        # A try block, not a context manager: this runs for every hot statement.
+        # A try block and `_execute` written out, not a context manager and a call: this runs
+        # for every hot statement.
         try:
             if self._deferred:
                 with dbapi_connection.pipeline():
