@@ -325,6 +325,11 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--quota", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--no-slurm",
+        action="store_true",
+        help="run the jitgpu half only (quick checks; the comparison needs both halves)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-vs-slurm-"))
     try:
@@ -339,6 +344,8 @@ def main() -> None:
             f"({j['starts_seen']} starts); CPU over the run: server {j['server_cpu_pct']:.0f}%, "
             f"node agent with its tasks {j['node_cpu_pct']:.0f}% of a core"
         )
+        if args.no_slurm:
+            return
         missing = slurm_missing()
         if missing:
             print(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
-from sqlalchemy import func
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow, HoldRow, TenantRow
 from control_plane.scheduling.fairshare import (
@@ -15,11 +15,15 @@ from control_plane.scheduling.fairshare import (
     order_pending,
 )
 from control_plane.scheduling.quotas import QuotaVerdict, TenantQuota, TenantUsage, check_quota
+from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import AllocationCreate
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, JobClass
 from control_plane.services import lifecycle, placing, sql
 from control_plane.services.errors import QuotaExceeded
 from control_plane.services.events import move, record
+
+PENDING = AllocationStatus.PENDING.value
+ALLOCATED = AllocationStatus.ALLOCATED.value
 
 
 def running(session: Session, tenant_id: str) -> TenantUsage:
@@ -146,37 +150,40 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
     requests are read: within a tenant the queue is first come, first served (same factor,
     aging favours the older), so the head is all the order can pick. Reading heads per
     tenant, not the oldest requests overall, keeps a tenant with thousands queued from hiding
-    a light tenant's request behind them.
+    a light tenant's request behind them. Every release and task exit runs this, so it reads
+    and writes with prebuilt statements; only a request that must displace holds takes the
+    ORM path.
     """
+    session.flush()  # the reads below must see this transaction's ORM changes
     waiting = {tenant for (tenant,) in sql.run(session, sql.QUEUED_BY_TENANT).fetchall()}
     if not waiting:
         return 0
-    tenants = session.exec(select(TenantRow)).all()
-    limits = {t.id: quota_of(t).limit for t in tenants}
-    allocated = _allocated_gpus(session, waiting)
+    shares = sql.run(session, sql.TENANT_SHARES).fetchall()
+    limits = {
+        tenant: TenantQuota(quota_gpus=quota, burst_gpus=burst, online_share=online).limit
+        for tenant, quota, burst, online, *_ in shares
+    }
+    allocated = {
+        tenant: int(total or 0)
+        for tenant, total in sql.run(session, sql.ALLOCATED_BY_TENANT).fetchall()
+    }
     # A tenant at its limit can run nothing more now, however long its queue.
     served = sorted(t for t in waiting if allocated.get(t, 0) < limits.get(t, 0))
     if not served:
         return 0
-    pending: list[AllocationRow] = []
+    pending: list[SimpleNamespace] = []
     for tenant_id in served:
         # Each request needs a GPU at least, so no more than `room` of them can run now; the
         # slack lets smaller requests behind a big one at the head fill the room.
         room = limits[tenant_id] - allocated.get(tenant_id, 0)
-        pending.extend(
-            session.exec(
-                select(AllocationRow)
-                .where(
-                    AllocationRow.tenant_id == tenant_id,
-                    AllocationRow.status == AllocationStatus.PENDING.value,
-                )
-                .order_by(col(AllocationRow.requested_at), col(AllocationRow.id))
-                .limit(min(per_tenant, room + 16))
-            ).all()
+        cursor = sql.run(
+            session, sql.QUEUE_HEAD, {"tenant": tenant_id, "n": min(per_tenant, room + 16)}
         )
+        names = [d[0] for d in cursor.description]
+        pending.extend(SimpleNamespace(**dict(zip(names, r, strict=True))) for r in cursor)
     factors = fair_share_factors(
-        {t.id: DecayedUsage(t.usage_gpu_s, t.usage_at).at_time(now) for t in tenants},
-        {t.id: t.weight for t in tenants},
+        {t: DecayedUsage(used, at).at_time(now) for t, *_, used, at in shares},
+        {t: weight for t, _, _, _, weight, _, _ in shares},
     )
     by_id = {a.id: a for a in pending}
     views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]
@@ -188,20 +195,56 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
         # over waits for its running GPUs to come back.
         if allocated.get(alloc.tenant_id, 0) + alloc.gpu_count > limits[alloc.tenant_id]:
             continue
-        if try_place(session, cluster, alloc, now=now):
+        if _place_queued(session, cluster, alloc, now=now):
             allocated[alloc.tenant_id] = allocated.get(alloc.tenant_id, 0) + alloc.gpu_count
             placed += 1
     return placed
 
 
-def _allocated_gpus(session: Session, tenant_ids: set[str]) -> dict[str, int]:
-    """GPUs each of these tenants has allocated now, in one query."""
-    rows = session.exec(
-        select(AllocationRow.tenant_id, func.sum(AllocationRow.gpu_count))
-        .where(
-            col(AllocationRow.tenant_id).in_(tenant_ids),
-            AllocationRow.status == AllocationStatus.ALLOCATED.value,
-        )
-        .group_by(AllocationRow.tenant_id)
-    ).all()
-    return {tenant: int(total or 0) for tenant, total in rows}
+def _place_queued(
+    session: Session, cluster: placing.Cluster, alloc: SimpleNamespace, *, now: float
+) -> bool:
+    """Give a queued request GPUs if it fits now: free ones in Core statements, else, by
+    displacing holds, on the ORM path."""
+    request = placing.request_of(alloc.gpu_count, alloc.gpu_model, alloc.strategy)
+    gpus = placing.find_gpus(cluster, request)
+    if gpus is None:
+        choice = placing.find_gpus_preempting(session, cluster, request)
+        if choice is None:
+            return False
+        row = session.get(AllocationRow, alloc.id)
+        assert row is not None  # read in this transaction
+        apply(session, row, choice, now=now, queued=True)
+        return True
+    check_transition("allocation", PENDING, ALLOCATED)
+    # A copy the caller loaded in this transaction would not see the statement below.
+    loaded = session.identity_map.get(session.identity_key(AllocationRow, alloc.id))
+    if loaded is not None:
+        session.expire(loaded)
+    reason = alloc.reason
+    if reason and reason.startswith("queued:"):
+        reason = None  # it waits no longer; the events keep why it did
+    sql.send(
+        session,
+        sql.PLACE_QUEUED,
+        {
+            "alloc": alloc.id,
+            "at": now,
+            # Usable once assigned, unless a warm-up must run first: then when the node says.
+            "ready": None if alloc.warmup else now,
+            "expires": None if alloc.lease_s is None else now + alloc.lease_s,
+            "why": reason,
+        },
+    )
+    lifecycle.assign(session, gpus=gpus, now=now, allocation_id=alloc.id)
+    record(
+        session,
+        kind="allocation",
+        object_id=alloc.id,
+        tenant_id=alloc.tenant_id,
+        from_state=PENDING,
+        to_state=ALLOCATED,
+        at=now,
+        reason="placed",
+    )
+    return True

@@ -1,8 +1,9 @@
-"""The hottest commands' common cases in prebuilt Core statements: an allocation placed at once
-and the release of an allocated one build, load and flush no ORM object.
+"""The hottest commands' common cases in prebuilt Core statements: an allocation placed at once,
+the release of an allocated one and a node's task report build, load and flush no ORM object.
 
-Everything else (queueing, claims, preemption, cancelling a waiting request) stays on the ORM
-path in `allocations`; both write the same rows and events.
+Every job sends one or two task reports, and the last releases its allocation. Everything else
+(claims, preemption, cancelling a waiting request) stays on the ORM path in `allocations`;
+both write the same rows and events.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from types import SimpleNamespace
+from typing import Any
 
 from sqlmodel import Session
 
@@ -17,7 +19,8 @@ from control_plane.db.models import AllocationRow
 from control_plane.scheduling.quotas import TenantUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import Allocation, AllocationCreate
-from control_plane.schemas.enums import AllocationStatus
+from control_plane.schemas.enums import AllocationStatus, TaskStatus
+from control_plane.schemas.nodes import TaskReport
 from control_plane.services import events, granting, lifecycle, placing, sql
 from control_plane.services.errors import NotFound
 from control_plane.services.ids import new_id
@@ -25,6 +28,7 @@ from control_plane.services.views import allocation_view
 
 ALLOCATED = AllocationStatus.ALLOCATED.value
 RELEASED = AllocationStatus.RELEASED.value
+FINAL_TASK = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
 def admission_of(session: Session, tenant_id: str) -> tuple[SimpleNamespace, int, TenantUsage]:
@@ -126,3 +130,73 @@ def release_allocated(
     granting.schedule_pending(session, now=now)
     gpus = placing.load_cluster(session).describe(freed)
     return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
+
+
+def report_task(
+    session: Session, *, node_id: str, allocation_id: str, body: TaskReport, now: float
+) -> Allocation:
+    """A node's report on an allocation's task, in Core statements: its status, exit code and
+    output tail; a task's end releases the allocation and hands its GPUs to the queue. 404
+    unless the allocation's GPUs (now, or last) include one on this node."""
+    session.flush()  # the Core reads below must see this transaction's ORM changes
+    row = sql.row(session, sql.ALLOCATION_BY_ID, {"id": allocation_id})
+    shown = shown_gpus(sql.run(session, sql.ALLOCATION_GPUS, {"owner": allocation_id}).fetchall())
+    if row is None or all(node != node_id for _, node in shown):
+        raise NotFound(f"allocation {allocation_id} not found on node {node_id}")
+    loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
+    if loaded is not None:
+        session.expire(loaded)
+    alloc = SimpleNamespace(**row)
+    alloc.task_status = body.status.value
+    if body.exit_code is not None:
+        alloc.exit_code = body.exit_code
+    if body.output_tail is not None:
+        alloc.output_tail = body.output_tail
+    ends = body.status in FINAL_TASK and alloc.status == ALLOCATED
+    if ends:
+        check_transition("allocation", ALLOCATED, RELEASED)
+        alloc.status, alloc.released_at = RELEASED, now
+        alloc.reason = f"task {body.status.value} (exit {body.exit_code})"
+    sql.send(
+        session,
+        sql.TASK_REPORTED,
+        {
+            "alloc": alloc.id,
+            "task": alloc.task_status,
+            "code": alloc.exit_code,
+            "tail": alloc.output_tail,
+            "status": alloc.status,
+            "released": alloc.released_at,
+            "why": alloc.reason,
+        },
+    )
+    if not ends:
+        uuids = [uuid for uuid, _ in shown]
+        return allocation_view(session, alloc, gpus=placing.load_cluster(session).describe(uuids))  # type: ignore[arg-type]
+    events.record(
+        session,
+        kind="allocation",
+        object_id=alloc.id,
+        tenant_id=alloc.tenant_id,
+        from_state=ALLOCATED,
+        to_state=RELEASED,
+        at=now,
+        reason=alloc.reason,
+    )
+    freed = lifecycle.end_assignments(session, now=now, allocation_id=alloc.id)
+    if alloc.allocated_at is not None:
+        gpu_s = alloc.gpu_count * (now - alloc.allocated_at)
+        lifecycle.charge_usage(session, alloc.tenant_id, gpu_s, now)
+    granting.schedule_pending(session, now=now)
+    gpus = placing.load_cluster(session).describe(freed)
+    return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
+
+
+def shown_gpus(rows: Sequence[Any]) -> list[tuple[str, str]]:
+    """(uuid, node id) of the GPUs an allocation's view shows, from its `ALLOCATION_GPUS` rows:
+    those it has now, or, once it has none, those of its last assignment."""
+    active = [(uuid, node) for uuid, node, ended, _ in rows if ended is None]
+    if active or not rows:
+        return active
+    last = max(started for *_, started in rows)
+    return [(uuid, node) for uuid, node, _, started in rows if started == last]

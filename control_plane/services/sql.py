@@ -72,10 +72,29 @@ END_HOLD_GPU_ASSIGNMENTS = (
     .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
 
-# Where an allocation's GPUs are (and were): a node may report only on its own allocations.
-ALLOCATION_NODES = select(
-    ASSIGNMENT.c.node_id, ASSIGNMENT.c.ended_at, ASSIGNMENT.c.started_at
-).where(ASSIGNMENT.c.allocation_id == bindparam("owner"))
+# An allocation's GPUs, now and before (in assignment order): a node may report only on its
+# own allocations, and a task report's answer shows them.
+ALLOCATION_GPUS = (
+    select(
+        ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id, ASSIGNMENT.c.ended_at, ASSIGNMENT.c.started_at
+    )
+    .where(ASSIGNMENT.c.allocation_id == bindparam("owner"))
+    .order_by(ASSIGNMENT.c.id)
+)
+# A task report, final or not, in one statement: its fields and, for a task's end, the
+# allocation's (the caller decides them from the row it read).
+TASK_REPORTED = (
+    update(ALLOCATION)
+    .where(ALLOCATION.c.id == bindparam("alloc"))
+    .values(
+        task_status=bindparam("task"),
+        exit_code=bindparam("code"),
+        output_tail=bindparam("tail"),
+        status=bindparam("status"),
+        released_at=bindparam("released"),
+        reason=bindparam("why"),
+    )
+)
 
 READ_EPOCH = select(EPOCH.c.value).where(EPOCH.c.id == 1)
 BUMP_EPOCH = (
@@ -123,6 +142,41 @@ QUEUED_BY_TENANT = (
     select(ALLOCATION.c.tenant_id)
     .where(ALLOCATION.c.status == "pending")
     .group_by(ALLOCATION.c.tenant_id)
+)
+
+# The queue's reads and its common write (every release and task exit asks whether a request
+# waits): tenants' limits and shares, what each runs, the head of a tenant's queue, and a
+# queued request placed on free GPUs.
+TENANT_SHARES = select(
+    TENANT.c.id,
+    TENANT.c.quota_gpus,
+    TENANT.c.burst_gpus,
+    TENANT.c.online_share,
+    TENANT.c.weight,
+    TENANT.c.usage_gpu_s,
+    TENANT.c.usage_at,
+)
+ALLOCATED_BY_TENANT = (
+    select(ALLOCATION.c.tenant_id, func.sum(ALLOCATION.c.gpu_count))
+    .where(ALLOCATION.c.status == "allocated")
+    .group_by(ALLOCATION.c.tenant_id)
+)
+QUEUE_HEAD = (
+    select(ALLOCATION)
+    .where(ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "pending")
+    .order_by(ALLOCATION.c.requested_at, ALLOCATION.c.id)
+    .limit(bindparam("n"))
+)
+PLACE_QUEUED = (
+    update(ALLOCATION)
+    .where(ALLOCATION.c.id == bindparam("alloc"))
+    .values(
+        status="allocated",
+        allocated_at=bindparam("at"),
+        ready_at=bindparam("ready"),
+        expires_at=bindparam("expires"),
+        reason=bindparam("why"),
+    )
 )
 
 # The heartbeat's read path: the node's state without its stored telemetry, its GPUs' health,
