@@ -137,7 +137,9 @@ class HoldRow(SQLModel, table=True):
 class AllocationRow(SQLModel, table=True):
     __tablename__ = "allocation"
     __table_args__ = (
-        Index("ix_allocation_tenant_status", "tenant_id", "status"),
+        # The head of a tenant's queue in order, and (as a prefix) what a tenant runs or has
+        # waiting (migration 0006).
+        Index("ix_allocation_queue", "tenant_id", "status", "requested_at", "id"),
         Index("ix_allocation_tenant_requested", "tenant_id", "requested_at"),
     )
 

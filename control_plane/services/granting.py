@@ -155,18 +155,15 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
     ORM path.
     """
     session.flush()  # the reads below must see this transaction's ORM changes
-    waiting = {tenant for (tenant,) in sql.run(session, sql.QUEUED_BY_TENANT).fetchall()}
+    shares = sql.run(session, sql.QUEUE_TENANTS).fetchall()
+    waiting = {tenant for tenant, *_, queued, _ in shares if queued}
     if not waiting:
         return 0
-    shares = sql.run(session, sql.TENANT_SHARES).fetchall()
     limits = {
         tenant: TenantQuota(quota_gpus=quota, burst_gpus=burst, online_share=online).limit
         for tenant, quota, burst, online, *_ in shares
     }
-    allocated = {
-        tenant: int(total or 0)
-        for tenant, total in sql.run(session, sql.ALLOCATED_BY_TENANT).fetchall()
-    }
+    allocated = {tenant: int(running) for tenant, *_, running in shares}
     # A tenant at its limit can run nothing more now, however long its queue.
     served = sorted(t for t in waiting if allocated.get(t, 0) < limits.get(t, 0))
     if not served:
@@ -182,8 +179,8 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
         names = [d[0] for d in cursor.description]
         pending.extend(SimpleNamespace(**dict(zip(names, r, strict=True))) for r in cursor)
     factors = fair_share_factors(
-        {t: DecayedUsage(used, at).at_time(now) for t, *_, used, at in shares},
-        {t: weight for t, _, _, _, weight, _, _ in shares},
+        {t: DecayedUsage(used, at).at_time(now) for t, *_, used, at, _, _ in shares},
+        {t: weight for t, _, _, _, weight, *_ in shares},
     )
     by_id = {a.id: a for a in pending}
     views = [PendingView(a.id, a.tenant_id, a.gpu_count, a.requested_at) for a in pending]

@@ -138,16 +138,11 @@ TENANT_ADMISSION = select(
     _running(JobClass.ONLINE.value).label("online_gpus"),
     _running(JobClass.BATCH.value).label("batch_gpus"),
 ).where(TENANT.c.id == bindparam("id"))
-QUEUED_BY_TENANT = (
-    select(ALLOCATION.c.tenant_id)
-    .where(ALLOCATION.c.status == "pending")
-    .group_by(ALLOCATION.c.tenant_id)
-)
-
 # The queue's reads and its common write (every release and task exit asks whether a request
-# waits): tenants' limits and shares, what each runs, the head of a tenant's queue, and a
-# queued request placed on free GPUs.
-TENANT_SHARES = select(
+# waits): per tenant, its limits and share, whether it has requests waiting and the GPUs it
+# runs (index seeks per tenant: a scan of the waiting requests would grow with the queue);
+# the head of a tenant's queue; a queued request placed on free GPUs.
+QUEUE_TENANTS = select(
     TENANT.c.id,
     TENANT.c.quota_gpus,
     TENANT.c.burst_gpus,
@@ -155,11 +150,11 @@ TENANT_SHARES = select(
     TENANT.c.weight,
     TENANT.c.usage_gpu_s,
     TENANT.c.usage_at,
-)
-ALLOCATED_BY_TENANT = (
-    select(ALLOCATION.c.tenant_id, func.sum(ALLOCATION.c.gpu_count))
-    .where(ALLOCATION.c.status == "allocated")
-    .group_by(ALLOCATION.c.tenant_id)
+    select(ALLOCATION.c.id).where(_OWN, ALLOCATION.c.status == "pending").exists().label("waiting"),
+    select(func.coalesce(func.sum(ALLOCATION.c.gpu_count), 0))
+    .where(_OWN, ALLOCATION.c.status == "allocated")
+    .scalar_subquery()
+    .label("allocated"),
 )
 QUEUE_HEAD = (
     select(ALLOCATION)
