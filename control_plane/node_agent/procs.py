@@ -136,16 +136,26 @@ class Child:
 
 
 class ChildRegistry:
-    """Process groups this agent started, in a file, so that the next agent can stop orphans.
+    """Process groups this agent started, in a journal file, so that the next agent can stop
+    orphans.
 
     After a crash (kill -9) the children live on in their own sessions, holding GPUs that the
-    control plane may already have given to someone else.
+    control plane may already have given to someone else. Each start appends one line (one
+    write: a task's start waits on it, and rewriting the file and renaming it over the old
+    one cost more than the rest of the start). An end is not written: an orphan is stopped
+    only when its pid and its start time both still match, so a line left by a child that
+    ended is harmless. The journal is rewritten with the live children alone once it holds
+    many more lines than those.
     """
+
+    COMPACT_AT = 256  # lines; or four per live child, whichever is more
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._entries: dict[str, dict[str, object]] = {}
+        self._fd: int | None = None
+        self._lines = 0
 
     def add(self, child: Child, label: str) -> None:
         if child.pid is None:
@@ -154,33 +164,56 @@ class ChildRegistry:
             started = psutil.Process(child.pid).create_time()
         except psutil.Error:
             return
+        entry: dict[str, object] = {"label": label, "started": started}
         with self._lock:
-            self._entries[str(child.pid)] = {"label": label, "started": started}
-            self._save()
+            self._entries[str(child.pid)] = entry
+            if self._lines >= max(self.COMPACT_AT, 4 * len(self._entries)):
+                self._rewrite()
+            else:
+                self._append(str(child.pid), entry)
 
     def remove(self, child: Child) -> None:
         with self._lock:
-            if self._entries.pop(str(child.pid), None) is not None:
-                self._save()
+            self._entries.pop(str(child.pid), None)
 
-    def _save(self) -> None:
+    def _append(self, pid: str, entry: dict[str, object]) -> None:
         if self.path is None:
             return
+        try:
+            if self._fd is None:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+                self._fd = os.open(self.path, flags, 0o600)
+            os.write(self._fd, _line(pid, entry))
+            self._lines += 1
+        except OSError as exc:
+            self._cannot_record(exc)
+
+    def _rewrite(self) -> None:
+        """The journal with the live children only (written aside, then renamed over it)."""
+        if self.path is None:
+            return
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         tmp = self.path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(self._entries))
+            tmp.write_bytes(b"".join(_line(pid, e) for pid, e in self._entries.items()))
             tmp.replace(self.path)
+            self._lines = len(self._entries)
         except OSError as exc:
-            # Only the clean-up after a crash depends on this file; the work itself goes on.
-            log.warning("cannot record child processes in %s: %s", self.path, exc.strerror)
+            self._cannot_record(exc)
+
+    def _cannot_record(self, exc: OSError) -> None:
+        # Only the clean-up after a crash depends on this file; the work itself goes on.
+        log.warning("cannot record child processes in %s: %s", self.path, exc.strerror)
 
     def stop_orphans(self) -> list[str]:
         """Kill the groups a previous agent left (same pid and start time); return their labels."""
         if self.path is None or not self.path.exists():
             return []
         try:
-            entries = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            entries = _read_journal(self.path.read_text())
+        except OSError:
             entries = {}
         stopped = []
         for pid, entry in entries.items():
@@ -196,5 +229,29 @@ class ChildRegistry:
                     pass
         with self._lock:
             self._entries = {}
-            self._save()
+            self._rewrite()
         return stopped
+
+
+def _line(pid: str, entry: dict[str, object]) -> bytes:
+    return (json.dumps({"pid": pid, **entry}) + "\n").encode()
+
+
+def _read_journal(text: str) -> dict[str, dict[str, object]]:
+    """pid -> its last entry. A line cut short by a crash is skipped. A file written before
+    the journal (one JSON object of pid -> entry) still reads."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and "pid" not in whole:
+        return {str(k): v for k, v in whole.items() if isinstance(v, dict)}
+    entries: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "pid" in entry:
+            entries[str(entry.pop("pid"))] = entry
+    return entries

@@ -11,7 +11,7 @@ from control_plane.node_agent.local import HOLD_WARMUP, LocalAllocation, LocalHo
 from control_plane.node_agent.procs import ChildRegistry
 from control_plane.node_agent.run_as import resolve_run_as
 from control_plane.node_agent.task_env import clean_env
-from control_plane.node_agent.tasks import FINAL, RUNNING, Task
+from control_plane.node_agent.tasks import FINAL, Task
 from control_plane.node_agent.warmup import Warmup
 from control_plane.schemas.enums import TaskStatus
 from control_plane.schemas.nodes import NodeAssignment
@@ -259,7 +259,8 @@ class Work:
         )
         local.task = task
         task.start()
-        if task.status == RUNNING:
+        # Started, even if it has finished already (a short command may, by now).
+        if task.started_at is not None:
             log.info(
                 "allocation %s: task started (pid %s) on GPU(s) %s: %s",
                 local.id,

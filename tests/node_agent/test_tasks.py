@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -102,3 +104,35 @@ def test_registry_leaves_a_reused_pid_alone(tmp_path: Path) -> None:
     assert ChildRegistry(path).stop_orphans() == []
     assert child.wait(0.2) is None  # still running: it is not the process that was recorded
     child.stop(1)
+
+
+def test_registry_reads_a_journal_cut_short_by_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "children.json"
+    child = Child(["sleep", "60"], env=base_env())
+    child.start()
+    ChildRegistry(path).add(child, "task of allocation alloc_8")
+    with path.open("a") as f:
+        f.write('{"pid": "123", "lab')  # the last write, cut short by the crash
+    assert ChildRegistry(path).stop_orphans() == ["task of allocation alloc_8"]
+    assert child.wait(5) == -9
+
+
+class _Pid:
+    """A stand-in child with a real pid, for the journal's bookkeeping (never stopped here)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+
+def test_registry_journal_stays_small_over_many_children(tmp_path: Path) -> None:
+    path = tmp_path / "children.json"
+    registry = ChildRegistry(path)
+    live, ended = _Pid(os.getppid()), _Pid(os.getpid())
+    registry.add(live, "the long task")  # type: ignore[arg-type]
+    for _ in range(3 * ChildRegistry.COMPACT_AT):
+        registry.add(ended, "a short task")  # type: ignore[arg-type]
+        registry.remove(ended)  # type: ignore[arg-type]
+    # Rewritten with the live children whenever it grew past the bound, and never losing one.
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) <= ChildRegistry.COMPACT_AT
+    assert {"pid": str(live.pid), "label": "the long task"}.items() <= lines[0].items()
