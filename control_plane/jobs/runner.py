@@ -14,9 +14,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
-from control_plane.jobs import leader
 from control_plane.jobs.registry import JOBS, Job
 from control_plane.jobs.stalls import StallWatch
+from control_plane.services import leases
 from control_plane.services.writer import GroupWriter
 
 log = logging.getLogger("jitgpu.jobs")
@@ -89,7 +89,7 @@ class JobRunner:
             self.writer.stop()
         if self.is_leader:
             try:
-                leader.release(self.db, holder=self.holder)
+                leases.release(self.db, holder=self.holder)
             except Exception:  # the database may already be gone at shutdown
                 log.warning("could not release the jobs lease", exc_info=True)
 
@@ -99,7 +99,7 @@ class JobRunner:
         now = self.clock()
         try:
             # By the database's clock: this replica's own may be off.
-            won = leader.acquire(self.db, holder=self.holder, ttl_s=self.lease_ttl)
+            won = leases.acquire(self.db, holder=self.holder, ttl_s=self.lease_ttl)
         except Exception:
             log.warning("jobs lease: database unavailable", exc_info=True)
             won = False
@@ -120,9 +120,9 @@ class JobRunner:
         """Say who holds the lease and until when: after a kill -9 and a quick restart it is
         the previous run's, which is no second server and needs nothing but waiting."""
         try:
-            held = leader.holder_of(self.db)
+            held = leases.holder_of(self.db)
             # The lease ends by the database's clock; say how long that is from its now.
-            now = leader.database_now(self.db)
+            now = leases.database_now(self.db)
         except Exception:
             held = None
         if held is None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
-from control_plane.jobs import leader
 from control_plane.jobs.registry import hold_lifecycle, liveness, retention
+from control_plane.services import leases as leader
 from tests.control_plane.conftest import ADMIN, Api
 from tests.support.state import ASSIGNMENT_TABLES, assignment_state
 

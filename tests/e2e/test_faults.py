@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from control_plane.db.engine import Database
-from control_plane.jobs import leader
+from control_plane.services import leases as leader
 from tests.conftest import ADMIN_TOKEN
 from tests.e2e.test_concurrency import _check_database
 from tests.e2e.test_node_agents import start_agent

@@ -9,8 +9,8 @@ import pytest
 
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
-from control_plane.jobs import leader
 from control_plane.jobs.runner import JobRunner
+from control_plane.services import leases as leader
 from tests.conftest import ADMIN_TOKEN
 from tests.support.procs import wait_for
 

@@ -1,4 +1,4 @@
-"""Leader lease: which replica runs the periodic jobs; a dead leader's lease runs out."""
+"""Leases in the database: which replica runs the periodic jobs; a dead holder's lease lapses."""
 
 from __future__ import annotations
 
