@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Executable, String, bindparam, func, insert, or_, select, update
+from sqlalchemy import Executable, String, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 from sqlmodel import Session
@@ -142,6 +142,7 @@ TENANT_ADMISSION = select(
 # waits): per tenant, its limits and share, whether it has requests waiting and the GPUs it
 # runs (index seeks per tenant: a scan of the waiting requests would grow with the queue);
 # the head of a tenant's queue; a queued request placed on free GPUs.
+_WAITING = select(ALLOCATION.c.id).where(_OWN, ALLOCATION.c.status == "pending").exists()
 QUEUE_TENANTS = select(
     TENANT.c.id,
     TENANT.c.quota_gpus,
@@ -150,11 +151,17 @@ QUEUE_TENANTS = select(
     TENANT.c.weight,
     TENANT.c.usage_gpu_s,
     TENANT.c.usage_at,
-    select(ALLOCATION.c.id).where(_OWN, ALLOCATION.c.status == "pending").exists().label("waiting"),
-    select(func.coalesce(func.sum(ALLOCATION.c.gpu_count), 0))
-    .where(_OWN, ALLOCATION.c.status == "allocated")
-    .scalar_subquery()
-    .label("allocated"),
+    _WAITING.label("waiting"),
+    # Summed only for a tenant with requests waiting: most releases find none.
+    case(
+        (
+            _WAITING,
+            select(func.coalesce(func.sum(ALLOCATION.c.gpu_count), 0))
+            .where(_OWN, ALLOCATION.c.status == "allocated")
+            .scalar_subquery(),
+        ),
+        else_=0,
+    ).label("allocated"),
 )
 QUEUE_HEAD = (
     select(ALLOCATION)
