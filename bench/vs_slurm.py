@@ -1,6 +1,7 @@
 """2,000 one-GPU `true` jobs on 8 GPUs, through jitgpu and through Slurm, in the same run.
 
     .venv/bin/python bench/vs_slurm.py                 # --jobs 2000 --gpus 8 --quota 8
+    .venv/bin/python bench/vs_slurm.py --no-slurm      # the jitgpu half only (quick checks)
 
 jitgpu: one `jitgpu server` (SQLite, defaults) and one `jitgpu node` with 8 simulated GPUs
 and the default 5 s heartbeat (work reaches it by its long poll); a tenant with a quota of 8,
