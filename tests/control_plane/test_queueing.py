@@ -102,3 +102,28 @@ def test_queue_limit_is_a_setting_checked_with_its_name() -> None:
     assert load_settings(env=env).max_queued_per_tenant == 25
     with pytest.raises(ConfigError, match="max_queued_per_tenant"):
         load_settings(env={"JITGPU_MAX_QUEUED_PER_TENANT": "-1"})
+
+
+def test_a_queued_request_displaces_another_tenants_hold_when_its_turn_comes(api: Api) -> None:
+    api.node("n1", gpus=2)
+    _, headers = api.tenant(quota=2)
+    _, other = api.tenant("team-b", quota=2)
+    status, running = _ask(api, headers)
+    assert status == 201
+    r = api.http.post("/v1/holds", json={"gpu_count": 1, "ttl_s": 600}, headers=other)
+    assert r.status_code == 201
+    hold = r.json()
+    # 1 running + 2 asked > quota 2: it waits for the tenant's own GPU, not for the hold's.
+    status, waiting = _ask(api, headers, gpus=2)
+    assert status == 202
+    api.clock.advance(5)
+    api.http.delete(f"/v1/allocations/{running['id']}", headers=headers)
+    shown = api.http.get(f"/v1/allocations/{waiting['id']}", headers=headers).json()
+    assert shown["status"] == "allocated"
+    assert len(shown["gpus"]) == 2
+    assert shown["preempted_holds"] == [hold["id"]]
+    ended = api.http.get(f"/v1/holds/{hold['id']}", headers=other).json()
+    assert ended["status"] == "preempted"
+    # One event per state: queued, then placed (with the displacement named).
+    events = api.http.get("/v1/events", params={"object_id": waiting["id"]}, headers=headers)
+    assert [e["to_state"] for e in events.json()] == ["pending", "allocated"]
