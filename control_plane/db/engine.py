@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -105,6 +106,9 @@ def _sqlite_engine(
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
+        # Decayed usage is charged in SQL (`sql.CHARGE_USAGE`); SQLite has `power` only
+        # when built with its math functions, so every connection gets the same one.
+        dbapi_connection.create_function("power", 2, math.pow, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]

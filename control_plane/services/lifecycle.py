@@ -9,7 +9,7 @@ from sqlmodel import Session, col, select
 
 from control_plane.db.models import AllocationRow, AssignmentRow, HoldRow, NodeRow
 from control_plane.db.session import touch_nodes
-from control_plane.scheduling.fairshare import DecayedUsage
+from control_plane.scheduling.fairshare import DEFAULT_HALF_LIFE_S as HALF_LIFE_S
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.enums import AllocationStatus, HoldStatus, NodeStatus
 from control_plane.services import placing, sql
@@ -121,11 +121,8 @@ def charge_usage(session: Session, tenant_id: str, gpu_seconds: float, now: floa
     """Add finished work to the tenant's decayed usage, which orders the fair-share queue."""
     if gpu_seconds <= 0:
         return
-    row = sql.run(session, sql.READ_USAGE, {"tenant": tenant_id}).fetchone()
-    if row is None:
-        return
-    usage = DecayedUsage(row[0], row[1]).charge(gpu_seconds, now)
-    sql.send(session, sql.WRITE_USAGE, {"tenant": tenant_id, "value": usage.value, "at": usage.at})
+    params = {"tenant": tenant_id, "now": now, "gpu_s": gpu_seconds, "half_life": HALF_LIFE_S}
+    sql.send(session, sql.CHARGE_USAGE, params)
 
 
 def move_node(
