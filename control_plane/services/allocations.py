@@ -64,17 +64,16 @@ def create(
                 session, tenant_id=tenant_id, hold_id=body.hold_id, body=claim, now=now
             )
         )
-    if body.use_holds:
+    # Admission reads the tenant's quota only (no ORM object on the common path), and
+    # whether a hold may serve the request (404 for a tenant that does not exist).
+    quota, waiting, running, claimable = hotpath.admission_of(session, tenant_id, body, now)
+    if claimable:
         # Automatic matching takes only a hold of exactly this shape: a bigger one may be
         # meant for a bigger job of the tenant's.
-        # The tenant's row is loaded only for a claim: a tenant that does not exist has no
-        # holds, and the admission below answers it 404.
         match = claims.matching_hold(session, tenant_id=tenant_id, body=body, now=now)
         if match is not None:
             tenant = ensure_tenant(session, tenant_id)
             return answer(claims.claim(session, tenant, match, _claim_of(body), now=now))
-    # Admission reads the tenant's quota only: no ORM object on the common path.
-    quota, waiting, running = hotpath.admission_of(session, tenant_id)
     if waiting >= max_queued:
         raise QueueFull(
             f"{waiting} requests of this tenant already wait in the queue, the most allowed; "

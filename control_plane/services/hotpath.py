@@ -31,16 +31,27 @@ RELEASED = AllocationStatus.RELEASED.value
 FINAL_TASK = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
-def admission_of(session: Session, tenant_id: str) -> tuple[SimpleNamespace, int, TenantUsage]:
-    """The tenant's row, how many of its requests wait, and the GPUs it runs: one statement."""
-    row = sql.row(session, sql.TENANT_ADMISSION, {"id": tenant_id})
+def admission_of(
+    session: Session, tenant_id: str, body: AllocationCreate, now: float
+) -> tuple[SimpleNamespace, int, TenantUsage, bool]:
+    """The tenant's row, how many of its requests wait, the GPUs it runs, and whether a hold
+    of the request's shape may serve it (only when the request uses holds): one statement."""
+    params = {
+        "id": tenant_id,
+        "count": body.gpu_count if body.use_holds else None,
+        "now": now,
+        "model": body.gpu_model,
+        "warmup": body.warmup,
+    }
+    row = sql.row(session, sql.TENANT_ADMISSION, params)
     if row is None:
         raise NotFound(f"tenant {tenant_id} not found")
     queued = int(row.pop("queued"))
     usage = TenantUsage(
         online_gpus=int(row.pop("online_gpus")), batch_gpus=int(row.pop("batch_gpus"))
     )
-    return SimpleNamespace(**row), queued, usage
+    claimable = bool(row.pop("claimable"))
+    return SimpleNamespace(**row), queued, usage, claimable
 
 
 def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:

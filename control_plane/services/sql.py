@@ -8,7 +8,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Executable, Float, String, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import (
+    Executable,
+    Float,
+    Integer,
+    String,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 from sqlmodel import Session
@@ -138,8 +150,6 @@ ALLOCATED_BY_CLASS = (
     .where(ALLOCATION.c.tenant_id == bindparam("tenant"), ALLOCATION.c.status == "allocated")
     .group_by(ALLOCATION.c.job_class)
 )
-# Admission's reads in one statement (a round trip each on PostgreSQL): the tenant's row,
-# how many of its requests wait, and the GPUs it runs by job class.
 _OWN = ALLOCATION.c.tenant_id == TENANT.c.id
 
 
@@ -151,6 +161,30 @@ def _running(job_class: str) -> Any:
     )
 
 
+# A tenant's claimable holds of one shape (every allocation request with `use_holds` asks;
+# most find none, which admission's read already says: `claimable`).
+CLAIMABLE_HOLD_STATUSES = (HoldStatus.PLACED, HoldStatus.WARMING, HoldStatus.READY)
+_MODEL = bindparam("model", type_=String)
+_WARMUP = bindparam("warmup", type_=String)
+
+
+def _claimable(tenant: Any) -> tuple[Any, ...]:
+    return (
+        HOLD.c.tenant_id == tenant,
+        or_(*(HOLD.c.status == s.value for s in CLAIMABLE_HOLD_STATUSES)),
+        HOLD.c.gpu_count == bindparam("count", type_=Integer),
+        HOLD.c.expires_at > bindparam("now", type_=Float),
+        or_(_MODEL.is_(None), HOLD.c.gpu_model == _MODEL),
+        or_(_WARMUP.is_(None), HOLD.c.warmup == _WARMUP),
+    )
+
+
+CLAIMABLE_HOLDS = select(HOLD.c.id, HOLD.c.status, HOLD.c.created_at).where(
+    *_claimable(bindparam("tenant"))
+)
+# Admission's reads in one statement: the tenant, its waiting count, its running GPUs by
+# class, and whether a hold of the request's shape waits to be claimed (`count` None: the
+# request does not look for one).
 TENANT_ADMISSION = select(
     TENANT,
     select(func.count())
@@ -159,6 +193,7 @@ TENANT_ADMISSION = select(
     .label("queued"),
     _running(JobClass.ONLINE.value).label("online_gpus"),
     _running(JobClass.BATCH.value).label("batch_gpus"),
+    select(HOLD.c.id).where(*_claimable(TENANT.c.id)).exists().label("claimable"),
 ).where(TENANT.c.id == bindparam("id"))
 # The queue's reads and its common write (every release and task exit asks whether a request
 # waits): per tenant, its limits and share, whether it has requests waiting and the GPUs it
@@ -218,19 +253,6 @@ NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
     .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
     .order_by(ASSIGNMENT.c.id)
-)
-# A tenant's claimable holds of one shape (every allocation request with `use_holds` asks;
-# most find none).
-CLAIMABLE_HOLD_STATUSES = (HoldStatus.PLACED, HoldStatus.WARMING, HoldStatus.READY)
-_MODEL = bindparam("model", type_=String)
-_WARMUP = bindparam("warmup", type_=String)
-CLAIMABLE_HOLDS = select(HOLD.c.id, HOLD.c.status, HOLD.c.created_at).where(
-    HOLD.c.tenant_id == bindparam("tenant"),
-    or_(*(HOLD.c.status == s.value for s in CLAIMABLE_HOLD_STATUSES)),
-    HOLD.c.gpu_count == bindparam("count"),
-    HOLD.c.expires_at > bindparam("now"),
-    or_(_MODEL.is_(None), HOLD.c.gpu_model == _MODEL),
-    or_(_WARMUP.is_(None), HOLD.c.warmup == _WARMUP),
 )
 # What a node's desired state shows of its holds and allocations, by node (one row per GPU):
 # every heartbeat and work poll of a busy node reads them.
