@@ -124,7 +124,8 @@ def _on_loop(
 ) -> str | _NotServed:
     """The common heartbeat read on the event loop's thread (a local database only);
     `_ON_A_THREAD` when it changes state, which takes the write lock."""
-    with state.db.loop_read() as session:
+    # Prebuilt statements only: the raw read skips SQLAlchemy's transaction machinery.
+    with state.db.loop_read_raw() as session:
         if recheck is not None and not _key_holds(session, state, token, recheck):
             return _REFUSED
         reply = nodes.unchanged_heartbeat(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,10 +21,10 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlmodel import Session
 
-from control_plane.db.session import EpochCache, TxSession
+from control_plane.db.session import EpochCache, RawReadSession, TxSession
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 
@@ -33,6 +34,7 @@ DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
 
 
 class DatabaseConfigError(ValueError):
@@ -113,7 +115,13 @@ def _sqlite_engine(
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
         mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+        # On the DB-API connection: through `exec_driver_sql` the BEGIN cost more than the
+        # read it opens (every heartbeat's reads are one such transaction).
+        statement = _BEGIN[mode]
+        try:
+            connection.connection.driver_connection.execute(statement)
+        except sqlite3.Error as exc:  # as SQLAlchemy would raise it (a busy file included)
+            raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
 
     return engine
 
@@ -125,6 +133,8 @@ class Database:
         self._commit_hooks: list[Callable[[set[str]], None]] = []
         self.view_cache = EpochCache()
         self._loop_connections = threading.local()
+        # The raw read session of each kept-open loop reader connection (`loop_read_raw`).
+        self._raw_readers: dict[Connection, RawReadSession] = {}
         self._loop_opened: list[Connection] = []
         self._loop_lock = threading.Lock()
         raw = url or os.environ.get("JITGPU_DATABASE_URL") or DEFAULT_DATABASE_URL
@@ -213,6 +223,27 @@ class Database:
             session = TxSession(self._loop_connection("reader"), cache=self.view_cache)
             with session, session.begin():
                 yield session
+
+    @contextmanager
+    def loop_read_raw(self) -> Iterator[Session]:
+        """`loop_read` for prebuilt statements only (`sql.run`, `sql.row`): BEGIN and COMMIT go
+        straight to the DB-API connection, past SQLAlchemy's session and connection
+        transactions, which cost more than a heartbeat's reads."""
+        if self._loop_engine is None:
+            raise ReadWouldWait("no reads on the event loop with this database")
+        with self._on_loop_connection("reader", ReadWouldWait):
+            connection = self._loop_connection("reader")
+            reader = self._raw_readers.get(connection)
+            if reader is None:
+                reader = self._raw_readers[connection] = RawReadSession(
+                    connection, cache=self.view_cache
+                )
+            reader.run_bare("BEGIN DEFERRED")
+            try:
+                yield reader
+            finally:
+                # Nothing was written; ended either way, so the next read sees new commits.
+                reader.run_bare("ROLLBACK")
 
     @property
     def loop_writes(self) -> bool:
@@ -346,6 +377,7 @@ class Database:
         connection = getattr(self._loop_connections, role, None)
         setattr(self._loop_connections, role, None)
         if connection is not None:
+            self._raw_readers.pop(connection, None)
             with self._loop_lock:
                 self._loop_opened.remove(connection)
             connection.close()
@@ -354,6 +386,7 @@ class Database:
         self.engine.dispose()
         with self._loop_lock:
             opened, self._loop_opened = self._loop_opened, []
+        self._raw_readers = {}
         for connection in opened:
             connection.invalidate()  # another thread's: closed without touching its state
         self._loop_connections = threading.local()

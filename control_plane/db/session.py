@@ -165,3 +165,26 @@ def touch_nodes(session: Session, node_ids: Iterable[str]) -> None:
     if not isinstance(session, TxSession):
         raise TypeError("touch_nodes needs a session of Database.write")
     session.touched_nodes.update(node_ids)
+
+
+class RawReadSession(TxSession):
+    """A read transaction begun and ended on the DB-API connection itself: for prebuilt
+    statements only (`sql.run`, `sql.row`). The event loop reads every heartbeat in one, and
+    SQLAlchemy's session and connection transactions cost more than the reads they wrap.
+    One is kept per kept-open loop connection and used for one transaction at a time; an
+    ORM call on it fails (SQLite refuses a second BEGIN) rather than reading outside it."""
+
+    def __init__(self, bind: Any, *, cache: EpochCache) -> None:
+        super().__init__(bind, cache=cache)
+        self._driver = bind.connection.driver_connection
+
+    def raw(self) -> tuple[Dialect, Any]:
+        return self.dialect, self._driver
+
+    def run_bare(self, statement: str) -> None:
+        """BEGIN, COMMIT or ROLLBACK, as SQLAlchemy would raise its errors (a busy file:
+        OperationalError)."""
+        try:
+            self._driver.execute(statement)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise _as_sqlalchemy_error(self.dialect, statement, None, exc) from exc

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from control_plane.api.app import create_app
 from control_plane.api.keycache import KeyCache
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database, ReadWouldWait
 from control_plane.db.migrate import upgrade
-from control_plane.db.models import ApiKeyRow, NodeRow
+from control_plane.db.models import ApiKeyRow, ClusterEpochRow, NodeRow
 from control_plane.services import sql
 from tests.conftest import FakeClock
 from tests.control_plane.conftest import ADMIN, Api
@@ -178,7 +179,8 @@ def test_a_stale_key_is_checked_again_and_a_revoked_one_refused(
     assert beat(api, n1, telemetry("n1")).status_code == 200
 
 
-def test_a_read_on_the_loop_never_waits_on_a_busy_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["loop_read", "loop_read_raw"])
+def test_a_read_on_the_loop_never_waits_on_a_busy_file(tmp_path: Path, how: str) -> None:
     """A file another process holds (exclusive locking mode, mid-write): the loop's read is
     refused at once, not put to sleep, and works again once the file is free."""
     url = f"sqlite:///{tmp_path / 'busy.db'}"
@@ -192,12 +194,31 @@ def test_a_read_on_the_loop_never_waits_on_a_busy_file(tmp_path: Path) -> None:
     db = Database(url)
     try:
         assert db.loop_reads
-        with pytest.raises(ReadWouldWait), db.loop_read() as session:
+        with pytest.raises(ReadWouldWait), getattr(db, how)() as session:
             sql.run(session, sql.READ_EPOCH).fetchone()
         other.execute("COMMIT")
         other.close()
-        with db.loop_read() as session:
+        with getattr(db, how)() as session:
             assert sql.run(session, sql.READ_EPOCH).fetchone() == (1,)
+    finally:
+        db.dispose()
+
+
+def test_a_raw_read_on_the_loop_sees_each_commit_and_refuses_the_orm(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'raw.db'}")
+    upgrade(db)
+    try:
+        for expected in (0, 1, 2):
+            # Each read is its own transaction: it sees what committed before it began.
+            with db.loop_read_raw() as session:
+                assert sql.run(session, sql.READ_EPOCH).fetchone() == (expected,)
+            with db.write() as session:
+                sql.run(session, sql.BUMP_EPOCH).fetchone()
+        # Prebuilt statements only: the ORM would read outside the transaction, so it fails.
+        with pytest.raises(OperationalError), db.loop_read_raw() as session:
+            session.get(ClusterEpochRow, 1)
+        with db.loop_read_raw() as session:  # and the next read goes on as before
+            assert sql.run(session, sql.READ_EPOCH).fetchone() == (3,)
     finally:
         db.dispose()
 
