@@ -21,10 +21,10 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
-from control_plane.db.session import EpochCache, RawReadSession, TxSession
+from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 
@@ -121,7 +121,7 @@ def _sqlite_engine(
         try:
             connection.connection.driver_connection.execute(statement)
         except sqlite3.Error as exc:  # as SQLAlchemy would raise it (a busy file included)
-            raise DBAPIError.instance(statement, None, exc, sqlite3.Error) from exc
+            raise as_sqlalchemy_error(connection.dialect, statement, None, exc) from exc
 
     return engine
 
@@ -226,8 +226,8 @@ class Database:
 
     @contextmanager
     def loop_read_raw(self) -> Iterator[Session]:
-        """`loop_read` for prebuilt statements only (`sql.run`, `sql.row`): BEGIN and COMMIT go
-        straight to the DB-API connection, past SQLAlchemy's session and connection
+        """`loop_read` for prebuilt statements only (`sql.run`, `sql.row`): BEGIN and ROLLBACK
+        go straight to the DB-API connection, past SQLAlchemy's session and connection
         transactions, which cost more than a heartbeat's reads."""
         if self._loop_engine is None:
             raise ReadWouldWait("no reads on the event loop with this database")

@@ -92,7 +92,7 @@ class TxSession(Session):
             else:
                 cursor.execute(text, params)
         except dialect.loaded_dbapi.Error as exc:
-            raise _as_sqlalchemy_error(dialect, text, params, exc) from exc
+            raise as_sqlalchemy_error(dialect, text, params, exc) from exc
         return cursor
 
     def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
@@ -112,7 +112,7 @@ class TxSession(Session):
                 with dbapi_connection.pipeline():
                     self._send_deferred(dbapi_connection)
             except dialect.loaded_dbapi.Error as exc:
-                raise _as_sqlalchemy_error(dialect, text, None, exc) from exc
+                raise as_sqlalchemy_error(dialect, text, None, exc) from exc
 
     def drop_deferred(self) -> list[tuple[str, Any, bool]]:
         """Forget the deferred writes (their command failed before the server saw them)."""
@@ -147,7 +147,7 @@ class TxSession(Session):
         return connection
 
 
-def _as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception) -> Exception:
+def as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception) -> Exception:
     return DBAPIError.instance(text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
@@ -187,4 +187,4 @@ class RawReadSession(TxSession):
         try:
             self._driver.execute(statement)
         except self.dialect.loaded_dbapi.Error as exc:
-            raise _as_sqlalchemy_error(self.dialect, statement, None, exc) from exc
+            raise as_sqlalchemy_error(self.dialect, statement, None, exc) from exc

@@ -214,10 +214,7 @@ def _place_queued(
         apply(session, row, choice, now=now, queued=True)
         return True
     check_transition("allocation", PENDING, ALLOCATED)
-    # A copy the caller loaded in this transaction would not see the statement below.
-    loaded = session.identity_map.get(session.identity_key(AllocationRow, alloc.id))
-    if loaded is not None:
-        session.expire(loaded)
+    lifecycle.forget_loaded(session, alloc.id)
     reason = alloc.reason
     if reason and reason.startswith("queued:"):
         reason = None  # it waits no longer; the events keep why it did

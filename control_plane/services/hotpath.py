@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlmodel import Session
 
-from control_plane.db.models import AllocationRow
 from control_plane.scheduling.quotas import TenantUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import Allocation, AllocationCreate
@@ -113,10 +112,7 @@ def release_allocated(
     if row["status"] != ALLOCATED:
         return None
     check_transition("allocation", ALLOCATED, RELEASED)
-    # An ORM copy loaded earlier in this transaction would not see these statements.
-    loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
-    if loaded is not None:
-        session.expire(loaded)
+    lifecycle.forget_loaded(session, allocation_id)
     alloc = SimpleNamespace(**row)
     alloc.status, alloc.released_at, alloc.reason = RELEASED, now, "released by client"
     sql.send(
@@ -124,23 +120,7 @@ def release_allocated(
         sql.END_ALLOCATION,
         {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason},
     )
-    events.record(
-        session,
-        kind="allocation",
-        object_id=alloc.id,
-        tenant_id=alloc.tenant_id,
-        from_state=ALLOCATED,
-        to_state=RELEASED,
-        at=now,
-        reason=alloc.reason,
-    )
-    freed = lifecycle.end_assignments(session, now=now, allocation_id=alloc.id)
-    if alloc.allocated_at is not None:
-        gpu_s = alloc.gpu_count * (now - alloc.allocated_at)
-        lifecycle.charge_usage(session, alloc.tenant_id, gpu_s, now)
-    granting.schedule_pending(session, now=now)
-    gpus = placing.load_cluster(session).describe(freed)
-    return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
+    return _released(session, alloc, now=now)
 
 
 def report_task(
@@ -154,9 +134,7 @@ def report_task(
     shown = shown_gpus(sql.run(session, sql.ALLOCATION_GPUS, {"owner": allocation_id}).fetchall())
     if row is None or all(node != node_id for _, node in shown):
         raise NotFound(f"allocation {allocation_id} not found on node {node_id}")
-    loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
-    if loaded is not None:
-        session.expire(loaded)
+    lifecycle.forget_loaded(session, allocation_id)
     alloc = SimpleNamespace(**row)
     alloc.task_status = body.status.value
     if body.exit_code is not None:
@@ -181,9 +159,15 @@ def report_task(
             "why": alloc.reason,
         },
     )
-    if not ends:
-        uuids = [uuid for uuid, _ in shown]
-        return allocation_view(session, alloc, gpus=placing.load_cluster(session).describe(uuids))  # type: ignore[arg-type]
+    if ends:
+        return _released(session, alloc, now=now)
+    gpus = placing.load_cluster(session).describe([uuid for uuid, _ in shown])
+    return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
+
+
+def _released(session: Session, alloc: SimpleNamespace, *, now: float) -> Allocation:
+    """What follows an allocation's release (its row already updated): the event, its GPUs
+    freed, its usage charged, the queue served; its view."""
     events.record(
         session,
         kind="allocation",

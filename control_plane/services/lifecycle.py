@@ -44,6 +44,14 @@ def assign(
     touch_nodes(session, {node_id for _, node_id in gpus})
 
 
+def forget_loaded(session: Session, allocation_id: str) -> None:
+    """Expire the ORM copy of an allocation loaded earlier in this transaction, if any: the
+    Core statements about to change its row would leave that copy stale."""
+    loaded = session.identity_map.get(session.identity_key(AllocationRow, allocation_id))
+    if loaded is not None:
+        session.expire(loaded)
+
+
 def end_assignments(
     session: Session, *, now: float, hold_id: str | None = None, allocation_id: str | None = None
 ) -> list[str]:
