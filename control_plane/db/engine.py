@@ -18,7 +18,6 @@ from sqlalchemy import (
     create_engine,
     event,
     literal_column,
-    text,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
@@ -32,6 +31,7 @@ DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 # Best fit is deterministic, so two concurrent placements would pick the same GPUs and one
 # would fail on the unique index; taking turns is cheaper than retrying.
 PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
+_PLACEMENT_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
@@ -328,9 +328,8 @@ class Database:
         with session:
             with self._transaction(session):
                 if placement and not self.is_sqlite:
-                    session.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": PLACEMENT_LOCK_KEY}
-                    )
+                    # Waited for: the clock is read after it.
+                    session.run_raw(_PLACEMENT_LOCK, (PLACEMENT_LOCK_KEY,)).close()
                 yield session
             # Reached only once committed: a rolled-back change wakes nobody.
             self._publish(session.touched_nodes)

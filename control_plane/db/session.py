@@ -95,6 +95,29 @@ class TxSession(Session):
             raise as_sqlalchemy_error(dialect, text, params, exc) from exc
         return cursor
 
+    def run_raw_together(
+        self, statements: list[tuple[str, Any]]
+    ) -> list[tuple[list[str], list[Any]]]:
+        """Execute several statements in order, after the deferred writes; with PostgreSQL in
+        one round trip. Each one's column names and rows (fetched: SQLite makes an UPDATE's
+        changes at its first row, so nothing waits on a later fetch)."""
+        dialect, dbapi_connection = self.raw()
+        cursors = [dbapi_connection.cursor() for _ in statements]
+        try:
+            if not self._pipelines:
+                out = []
+                for cursor, (text, params) in zip(cursors, statements, strict=True):
+                    _execute(cursor, text, params, False)
+                    out.append((_names(cursor), cursor.fetchall()))
+                return out
+            with dbapi_connection.pipeline():
+                self._send_deferred(dbapi_connection)
+                for cursor, (text, params) in zip(cursors, statements, strict=True):
+                    _execute(cursor, text, params, False)
+            return [(_names(c), c.fetchall()) for c in cursors]
+        except dialect.loaded_dbapi.Error as exc:
+            raise as_sqlalchemy_error(dialect, statements[0][0], None, exc) from exc
+
     def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
         """A write whose result nobody reads: with PostgreSQL it is sent with the next
         statement of this session (any: ours, the ORM's, the commit's), else at once."""
@@ -114,10 +137,27 @@ class TxSession(Session):
             except dialect.loaded_dbapi.Error as exc:
                 raise as_sqlalchemy_error(dialect, text, None, exc) from exc
 
-    def drop_deferred(self) -> list[tuple[str, Any, bool]]:
-        """Forget the deferred writes (their command failed before the server saw them)."""
-        dropped, self._deferred = self._deferred, []
-        return dropped
+    @property
+    def pipelines(self) -> bool:
+        """Whether writes are held back to travel with the next statement (PostgreSQL)."""
+        return self._pipelines
+
+    def deferred_mark(self) -> int:
+        """Where the next held-back write goes: a command's first, for `drop_deferred`."""
+        return len(self._deferred)
+
+    def drop_deferred(self, mark: int, first: str) -> bool:
+        """Forget the held-back writes of a command that failed: those from `mark` on when
+        the command's own first one (`first`, its SAVEPOINT) is still there, and True: the
+        server saw nothing of the command. Else every held-back write is the command's (the
+        earlier ones went with a statement since) and they go, and False: what the server
+        saw must be undone."""
+        deferred = self._deferred
+        if len(deferred) > mark and deferred[mark][0] == first:
+            del deferred[mark:]
+            return True
+        self._deferred = []
+        return False
 
     def _send_deferred(self, dbapi_connection: Any) -> None:
         pending, self._deferred = self._deferred, []
@@ -149,6 +189,10 @@ class TxSession(Session):
 
 def as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception) -> Exception:
     return DBAPIError.instance(text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
+
+
+def _names(cursor: Any) -> list[str]:
+    return [d[0] for d in cursor.description or ()]
 
 
 def _execute(cursor: Any, text: str, params: Any, many: bool) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from types import SimpleNamespace
+from typing import Any
 
 from sqlmodel import Session
 
@@ -143,7 +145,14 @@ def try_place(
     return True
 
 
-def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> int:
+def schedule_pending(
+    session: Session,
+    *,
+    now: float,
+    per_tenant: int = 64,
+    shares: Sequence[Any] | None = None,
+    charged: tuple[str, float] | None = None,
+) -> int:
     """Place queued allocations in fair-share order while they fit; returns how many.
 
     Only tenants below their limit are served, and of each only its oldest `per_tenant`
@@ -153,9 +162,13 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
     a light tenant's request behind them. Every release and task exit runs this, so it reads
     and writes with prebuilt statements; only a request that must displace holds takes the
     ORM path.
+
+    `shares`: the `QUEUE_TENANTS` rows, when the caller read them already (a release reads
+    them in its own round trip), before `charged`: (tenant, GPU-seconds) charged since.
     """
     session.flush()  # the reads below must see this transaction's ORM changes
-    shares = sql.run(session, sql.QUEUE_TENANTS).fetchall()
+    if shares is None:
+        shares = sql.run(session, sql.QUEUE_TENANTS).fetchall()
     waiting = {tenant for tenant, *_, queued, _ in shares if queued}
     if not waiting:
         return 0
@@ -178,8 +191,11 @@ def schedule_pending(session: Session, *, now: float, per_tenant: int = 64) -> i
         )
         names = [d[0] for d in cursor.description]
         pending.extend(SimpleNamespace(**dict(zip(names, r, strict=True))) for r in cursor)
+    usage = {t: DecayedUsage(used, at) for t, *_, used, at, _, _ in shares}
+    if charged is not None and charged[0] in usage and charged[1] > 0:
+        usage[charged[0]] = usage[charged[0]].charge(charged[1], now)
     factors = fair_share_factors(
-        {t: DecayedUsage(used, at).at_time(now) for t, *_, used, at, _, _ in shares},
+        {t: u.at_time(now) for t, u in usage.items()},
         {t: weight for t, _, _, _, weight, *_ in shares},
     )
     by_id = {a.id: a for a in pending}

@@ -104,23 +104,32 @@ def release_allocated(
     session: Session, *, tenant_id: str | None, allocation_id: str, now: float
 ) -> Allocation | None:
     """Release an allocated allocation; None when it is in another state (the caller's ORM
-    path answers those). 404 for another tenant's or an unknown one."""
-    session.flush()  # the Core read below must see this transaction's ORM changes
-    row = sql.row(session, sql.ALLOCATION_BY_ID, {"id": allocation_id})
-    if row is None or (tenant_id is not None and row["tenant_id"] != tenant_id):
-        raise NotFound(f"allocation {allocation_id} not found")
-    if row["status"] != ALLOCATED:
-        return None
+    path answers those). 404 for another tenant's or an unknown one.
+
+    The release, the end of its GPUs' assignments and the queue's read need nothing read
+    before them: on PostgreSQL they travel in one round trip."""
+    session.flush()  # the Core statements below must see this transaction's ORM changes
     check_transition("allocation", ALLOCATED, RELEASED)
     lifecycle.forget_loaded(session, allocation_id)
-    alloc = SimpleNamespace(**row)
-    alloc.status, alloc.released_at, alloc.reason = RELEASED, now, "released by client"
-    sql.send(
+    why = "released by client"
+    release = {"alloc": allocation_id, "tenant": tenant_id, "to": RELEASED, "at": now, "why": why}
+    (names, released), (_, ended), (_, shares) = sql.run_together(
         session,
-        sql.END_ALLOCATION,
-        {"alloc": alloc.id, "to": RELEASED, "at": now, "why": alloc.reason},
+        [
+            (sql.RELEASE_ALLOCATED, release),
+            (sql.END_RELEASED_ASSIGNMENTS, {"owner": allocation_id, "now": now}),
+            (sql.QUEUE_TENANTS, None),
+        ],
     )
-    return _released(session, alloc, now=now)
+    if not released:
+        # Nothing changed: tell another tenant's or an unknown allocation from one in
+        # another state.
+        row = sql.row(session, sql.ALLOCATION_BY_ID, {"id": allocation_id})
+        if row is None or (tenant_id is not None and row["tenant_id"] != tenant_id):
+            raise NotFound(f"allocation {allocation_id} not found")
+        return None
+    alloc = SimpleNamespace(**dict(zip(names, released[0], strict=True)))
+    return _released(session, alloc, now=now, ended=ended, shares=shares)
 
 
 def report_task(
@@ -165,9 +174,17 @@ def report_task(
     return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
 
 
-def _released(session: Session, alloc: SimpleNamespace, *, now: float) -> Allocation:
+def _released(
+    session: Session,
+    alloc: SimpleNamespace,
+    *,
+    now: float,
+    ended: Sequence[Any] | None = None,
+    shares: Sequence[Any] | None = None,
+) -> Allocation:
     """What follows an allocation's release (its row already updated): the event, its GPUs
-    freed, its usage charged, the queue served; its view."""
+    freed, its usage charged, the queue served; its view. `ended` and `shares`: its ended
+    assignments and the queue's tenants, when read already."""
     events.record(
         session,
         kind="allocation",
@@ -178,11 +195,19 @@ def _released(session: Session, alloc: SimpleNamespace, *, now: float) -> Alloca
         at=now,
         reason=alloc.reason,
     )
-    freed = lifecycle.end_assignments(session, now=now, allocation_id=alloc.id)
+    if ended is None:
+        freed = lifecycle.end_assignments(session, now=now, allocation_id=alloc.id)
+    else:
+        freed = lifecycle.freed(session, ended)
+    gpu_s = 0.0
     if alloc.allocated_at is not None:
         gpu_s = alloc.gpu_count * (now - alloc.allocated_at)
         lifecycle.charge_usage(session, alloc.tenant_id, gpu_s, now)
-    granting.schedule_pending(session, now=now)
+    if shares is None:
+        granting.schedule_pending(session, now=now)
+    else:
+        # Read before the charge above: the queue's order counts it in.
+        granting.schedule_pending(session, now=now, shares=shares, charged=(alloc.tenant_id, gpu_s))
     gpus = placing.load_cluster(session).describe(freed)
     return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
 

@@ -58,26 +58,27 @@ def end_assignments(
     if (hold_id is None) == (allocation_id is None):
         raise ValueError("end_assignments needs exactly one of hold_id and allocation_id")
     statement = sql.END_HOLD_ASSIGNMENTS if hold_id is not None else sql.END_ALLOCATION_ASSIGNMENTS
-    freed = sql.run(session, statement, {"owner": hold_id or allocation_id, "now": now}).fetchall()
-    return _freed(session, freed)
+    ended = sql.run(session, statement, {"owner": hold_id or allocation_id, "now": now}).fetchall()
+    return freed(session, ended)
 
 
 def end_hold_gpus(
     session: Session, *, hold_id: str, gpu_uuids: Sequence[str], now: float
 ) -> list[str]:
     """End the hold's assignments on these GPUs only (those a smaller claim gives back)."""
-    freed = (
+    ended = (
         session.connection()
         .execute(
             sql.END_HOLD_GPU_ASSIGNMENTS, {"owner": hold_id, "gpus": list(gpu_uuids), "now": now}
         )
         .all()
     )
-    return _freed(session, freed)
+    return freed(session, ended)
 
 
-def _freed(session: Session, ended: Sequence[Row[tuple[str, str]]]) -> list[str]:
-    """Keep this transaction's placement view in step with assignments just ended; the GPUs."""
+def freed(session: Session, ended: Sequence[Row[tuple[str, str]] | tuple[str, str]]) -> list[str]:
+    """Keep this transaction's placement view in step with assignments just ended, given as
+    (uuid, node id) rows; the GPUs."""
     freed = [uuid for uuid, _ in ended]
     if freed:
         placing.load_cluster(session).free(freed)

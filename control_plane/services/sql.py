@@ -67,6 +67,33 @@ END_ALLOCATION_ASSIGNMENTS = (
     .values(ended_at=bindparam("now"))
     .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
 )
+# A client's release in statements that need nothing read first, so that on PostgreSQL they go
+# in one round trip with the queue's read (`run_together`): the allocation released only if it
+# is allocated and the caller's (`tenant` NULL: anyone's), returning its row; then its GPUs,
+# only if it is released by now (an earlier release ended them already).
+RELEASE_ALLOCATED = (
+    update(ALLOCATION)
+    .where(
+        ALLOCATION.c.id == bindparam("alloc"),
+        ALLOCATION.c.status == "allocated",
+        ALLOCATION.c.tenant_id
+        == func.coalesce(bindparam("tenant", type_=String), ALLOCATION.c.tenant_id),
+    )
+    .values(status=bindparam("to"), released_at=bindparam("at"), reason=bindparam("why"))
+    .returning(*ALLOCATION.c)
+)
+END_RELEASED_ASSIGNMENTS = (
+    update(ASSIGNMENT)
+    .where(
+        ASSIGNMENT.c.ended_at.is_(None),
+        ASSIGNMENT.c.allocation_id == bindparam("owner"),
+        select(ALLOCATION.c.id)
+        .where(ALLOCATION.c.id == bindparam("owner"), ALLOCATION.c.status == "released")
+        .exists(),
+    )
+    .values(ended_at=bindparam("now"))
+    .returning(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.node_id)
+)
 END_HOLD_ASSIGNMENTS = (
     update(ASSIGNMENT)
     .where(ASSIGNMENT.c.ended_at.is_(None), ASSIGNMENT.c.hold_id == bindparam("owner"))
@@ -328,6 +355,18 @@ def run(
     return tx.run_raw(text, values, many=many)
 
 
+def run_together(
+    session: Session,
+    statements: Sequence[tuple[Executable, Mapping[str, Any] | None]],
+) -> list[tuple[list[str], list[Any]]]:
+    """Execute prebuilt statements in order, in one round trip on PostgreSQL (with the
+    held-back writes before them): each one's column names and rows. For statements whose
+    parameters do not depend on each other's results."""
+    tx = _tx(session)
+    prepared = [_prepare(session, statement, params)[1:3] for statement, params in statements]
+    return tx.run_raw_together(prepared)
+
+
 def send(
     session: Session,
     statement: Executable,
@@ -370,26 +409,34 @@ def _bound(
 
 
 def savepoint(session: Session, verb: str) -> None:
-    """SAVEPOINT or RELEASE SAVEPOINT of the command savepoint, straight on the connection; the
-    caller keeps the ORM session in step (see the writer). SAVEPOINT travels with the
-    command's first statement; RELEASE takes the command's deferred writes with it."""
-    tx = _tx(session)
-    text = f"{verb} {COMMAND_SAVEPOINT}"
-    if verb == "SAVEPOINT":
-        tx.defer_raw(text, None)
-    else:
-        tx.run_raw(text, None).close()
+    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, held
+    back to travel with the next statement (PostgreSQL; at once on SQLite); the caller keeps
+    the ORM session in step (see the writer). Nothing waits for them: an error of a held-back
+    write shows up in a later statement, perhaps another command's, and the writer then runs
+    the batch again command by command."""
+    _tx(session).defer_raw(f"{verb} {COMMAND_SAVEPOINT}", None)
 
 
-def undo_savepoint(session: Session) -> None:
-    """Undo the command since its savepoint, and release it. Writes still held back are
-    dropped (the server never saw them); if the savepoint itself was never sent, nothing was
-    and there is nothing to undo."""
-    dropped = _tx(session).drop_deferred()
-    if dropped and dropped[0][0] == f"SAVEPOINT {COMMAND_SAVEPOINT}":
+def begin_command(session: Session) -> int:
+    """Take the command savepoint; the mark `undo_command` needs."""
+    mark = _tx(session).deferred_mark()
+    savepoint(session, "SAVEPOINT")
+    return mark
+
+
+def undo_command(session: Session, mark: int) -> None:
+    """Undo the command since its savepoint (`mark`, from `begin_command`), and release it.
+    Its writes still held back are dropped (the server never saw them); if the savepoint
+    itself was never sent, nothing was and there is nothing to undo."""
+    if _tx(session).drop_deferred(mark, f"SAVEPOINT {COMMAND_SAVEPOINT}"):
         return
     savepoint(session, "ROLLBACK TO SAVEPOINT")
     savepoint(session, "RELEASE SAVEPOINT")
+
+
+def holds_back(session: Session) -> bool:
+    """Whether this session's writes travel with a later statement (PostgreSQL)."""
+    return _tx(session).pipelines
 
 
 def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:

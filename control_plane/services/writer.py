@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Session
 
 from control_plane.db.engine import Database, WriteWouldWait
@@ -244,7 +244,9 @@ class GroupWriter:
                 for command in commands:
                     results.append(self._apply_one(session, command))
         except Exception as exc:
-            if len(commands) == 1:
+            # One command alone gets its error, unless a twin (another replica) may have
+            # stored its key first: alone, it reads the twin's answer.
+            if len(commands) == 1 and not isinstance(exc, IntegrityError):
                 commands[0].answer.set_exception(exc)
                 return
             log.warning("group commit of %d commands failed (%s); one by one", len(commands), exc)
@@ -278,21 +280,31 @@ class GroupWriter:
         step by hand: its changes are flushed before the savepoint and before its release,
         and after a rollback to it every ORM object is dropped from the session (the next
         command loads what it needs as the rows now are) along with the placement view.
+
+        On PostgreSQL the savepoint's release is held back with the command's last writes and
+        travels with the next command's first statement: nothing waits for it. A database
+        error there may then belong to an earlier command of the batch, so it fails the
+        batch, which runs again command by command (`apply_batch`).
         """
         session.flush()
-        sql.savepoint(session, "SAVEPOINT")
+        mark = sql.begin_command(session)
         try:
             result = self._run(session, command)
             session.flush()
-            # With the command's held-back writes (PostgreSQL): their errors are its own.
             sql.savepoint(session, "RELEASE SAVEPOINT")
         except Exception as exc:
-            sql.undo_savepoint(session)
-            session.expunge_all()
-            placing.drop_view(session)
+            if isinstance(exc, DBAPIError) and sql.holds_back(session):
+                raise
             # A concurrent twin (another replica) stored the key first: run it again alone,
             # where it reads the twin's answer.
-            return _ALONE if isinstance(exc, IntegrityError) else exc
+            return self._undone(session, mark, _ALONE if isinstance(exc, IntegrityError) else exc)
+        return result
+
+    @staticmethod
+    def _undone(session: Session, mark: int, result: _Result) -> _Result:
+        sql.undo_command(session, mark)
+        session.expunge_all()
+        placing.drop_view(session)
         return result
 
     def _run(self, session: Session, command: Command) -> Any:

@@ -1,0 +1,131 @@
+"""Round trips to PostgreSQL per command of a batch, counted on the wire: a placed allocation
+and a client's release each wait for the server once; what a batch pays once is apart."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlmodel import Session
+
+from control_plane.schemas.allocations import AllocationCreate
+from control_plane.services import allocations
+from control_plane.services.writer import Command, GroupWriter
+from tests.control_plane.conftest import Api
+from tests.support.pg import TempPostgres
+
+
+class TripCounter:
+    """A TCP proxy in front of the database that counts round trips: each time the client
+    sends after the server last spoke (or first)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.trips = 0
+        self._target = target_port
+        self._listen = socket.socket()
+        self._listen.bind(("127.0.0.1", 0))
+        self._listen.listen(64)
+        self.port = self._listen.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listen.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self._target))
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        client_last = False
+        with client, server:
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        if not client_last:
+                            self.trips += 1
+                        client_last = True
+                        server.sendall(data)
+                    else:
+                        client_last = False
+                        client.sendall(data)
+
+    def close(self) -> None:
+        self._listen.close()
+
+
+@pytest.fixture
+def counter(pg_server: TempPostgres | None) -> Iterator[TripCounter]:
+    if pg_server is None:
+        pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
+    proxy = TripCounter(pg_server.port)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def db_url(pg_server: TempPostgres | None, counter: TripCounter) -> Iterator[str]:
+    assert pg_server is not None
+    name = pg_server.create_database(template=pg_server.template)  # type: ignore[attr-defined]
+    try:
+        yield pg_server.url(name).replace(f":{pg_server.port}/", f":{counter.port}/")
+    finally:
+        pg_server.drop_database(name)
+
+
+def _allocate(tenant_id: str):  # type: ignore[no-untyped-def]
+    body = AllocationCreate(gpu_count=1, use_holds=False)
+    return lambda session, now: allocations.create(session, tenant_id=tenant_id, body=body, now=now)
+
+
+def _release(tenant_id: str, allocation_id: str):  # type: ignore[no-untyped-def]
+    def use_case(session: Session, now: float):  # type: ignore[no-untyped-def]
+        view = allocations.release(
+            session, tenant_id=tenant_id, allocation_id=allocation_id, now=now
+        )
+        return 200, view
+
+    return use_case
+
+
+def _trips(counter: TripCounter, writer: GroupWriter, commands: list[Command]) -> int:
+    before = counter.trips
+    writer.apply_batch(commands)
+    for command in commands:
+        assert command.answer.result()[0] in (200, 201)
+    return counter.trips - before
+
+
+def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: TripCounter) -> None:
+    api.node("n1", gpus=16)
+    tenant_id, _ = api.tenant(quota=16)
+    writer = api.writer
+
+    def allocate(n: int) -> tuple[int, list[str]]:
+        batch = [Command(use_case=_allocate(tenant_id)) for _ in range(n)]
+        trips = _trips(counter, writer, batch)
+        return trips, [c.answer.result()[1].split('"id":"')[1].split('"')[0] for c in batch]
+
+    def release(ids: list[str]) -> int:
+        return _trips(counter, writer, [Command(use_case=_release(tenant_id, i)) for i in ids])
+
+    # Past psycopg's prepare threshold (a statement is prepared on its fifth use, which may
+    # cost a round trip of its own) and with the placement view built.
+    for _ in range(2):
+        release(allocate(4)[1])
+    one, first = allocate(1)
+    four, more = allocate(4)
+    # Each placed allocation: its admission read (with its savepoint and the previous
+    # command's writes); its inserts go with the next command's statement.
+    assert four - one == 3
+    one_release, four_releases = release(first), release(more)
+    # Each release: the allocation, its GPUs and the queue's tenants in one round trip.
+    assert four_releases - one_release == 3
