@@ -127,3 +127,22 @@ def test_a_queued_request_displaces_another_tenants_hold_when_its_turn_comes(api
     # One event per state: queued, then placed (with the displacement named).
     events = api.http.get("/v1/events", params={"object_id": waiting["id"]}, headers=headers)
     assert [e["to_state"] for e in events.json()] == ["pending", "allocated"]
+
+
+def test_a_release_counts_its_own_usage_when_it_picks_the_next_request(api: Api) -> None:
+    # The release reads the queue before its usage charge is written (one round trip on
+    # PostgreSQL); the order must still count the work that just ended.
+    api.node("n1", gpus=1)
+    _, heavy = api.tenant("heavy", quota=1)
+    _, light = api.tenant("light", quota=1)
+    status, running = _ask(api, heavy)
+    assert status == 201
+    status, heavy_next = _ask(api, heavy)  # waits first...
+    assert status == 202
+    status, light_next = _ask(api, light)  # ...then the tenant that has run nothing
+    assert status == 202
+    api.clock.advance(3600)
+    api.http.delete(f"/v1/allocations/{running['id']}", headers=heavy)
+    light_now = api.http.get(f"/v1/allocations/{light_next['id']}", headers=light).json()
+    heavy_now = api.http.get(f"/v1/allocations/{heavy_next['id']}", headers=heavy).json()
+    assert (light_now["status"], heavy_now["status"]) == ("allocated", "pending")
