@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
+from control_plane.db.pinging import ping_when_idle
 from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
@@ -32,6 +33,7 @@ DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 # would fail on the unique index; taking turns is cheaper than retrying.
 PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 _PLACEMENT_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_READ_EPOCH = "SELECT value FROM cluster_epoch WHERE id = 1"
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
@@ -164,9 +166,8 @@ class Database:
             self._loop_commits = synchronous in ("NORMAL", "OFF")
         elif self.url.startswith("postgresql"):
             self.is_sqlite = False
-            self.engine = create_engine(
-                self.url, pool_size=10, max_overflow=30, pool_pre_ping=True, pool_recycle=1800
-            )
+            self.engine = create_engine(self.url, pool_size=10, max_overflow=30, pool_recycle=1800)
+            ping_when_idle(self.engine)
             self._write_bind = self.engine
             self._write_mutex = None
             self._loop_engine = None
@@ -328,8 +329,12 @@ class Database:
         with session:
             with self._transaction(session):
                 if placement and not self.is_sqlite:
-                    # Waited for: the clock is read after it.
-                    session.run_raw(_PLACEMENT_LOCK, (PLACEMENT_LOCK_KEY,)).close()
+                    # Waited for: the clock is read after it. The epoch comes in the same
+                    # round trip, for the placement view (`TxSession.epoch_at_start`).
+                    _, (_, epoch) = session.run_raw_together(
+                        [(_PLACEMENT_LOCK, (PLACEMENT_LOCK_KEY,)), (_READ_EPOCH, None)]
+                    )
+                    session.epoch_at_start = epoch[0][0] if epoch else None
                 yield session
             # Reached only once committed: a rolled-back change wakes nobody.
             self._publish(session.touched_nodes)

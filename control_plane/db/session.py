@@ -52,6 +52,8 @@ class TxSession(Session):
         # Nodes whose assignments this transaction changed: told at once after the commit.
         self.touched_nodes: set[str] = set()
         self.notes: TransactionNotes | None = None
+        # The cluster epoch read as the placement lock was taken (PostgreSQL), else None.
+        self.epoch_at_start: int | None = None
         # (transaction, dialect, DB-API connection), found once per transaction.
         self._dbapi: tuple[Any, Dialect, Any] | None = None
         # Writes nobody reads a result of, held back to travel with the next statement in one

@@ -156,7 +156,9 @@ def load_cluster(session: Session) -> Cluster:
     notes = _notes(session, placing=True)
     if notes.cluster is not None:
         return notes.cluster
-    epoch = sql.run(session, sql.READ_EPOCH).fetchone()[0]
+    epoch = session.epoch_at_start  # type: ignore[attr-defined]
+    if epoch is None:
+        epoch = sql.run(session, sql.READ_EPOCH).fetchone()[0]
     cache = notes.cache
     if cache.epoch != epoch or cache.value is None:
         cache.epoch, cache.value = None, _build(session)
