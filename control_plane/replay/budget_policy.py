@@ -45,6 +45,7 @@ from predictors.reserve import WarmReserve
 # like the ending job. Its price is not an option: the budget controller sets it.
 DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
 DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
+DEFAULT_KP, DEFAULT_KI = 1.0, 0.1  # the controller's gains (predictors/budget.py)
 DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
 # An adaptive warm reserve per active user (reserve=1). Off: it helps where users submit
 # steadily (ITP) but costs a few percent on Helios and Alibaba (docs/prewarm-results.md).
@@ -183,6 +184,8 @@ def _default(arg: str | None) -> Policy:
             "window",
             "price",
             "period",
+            "kp",
+            "ki",
             "session",
             "reserve",
             "tenants",
@@ -199,8 +202,22 @@ def _default(arg: str | None) -> Policy:
     window = number(options, "window", DEFAULT_WINDOW_S, minimum=60.0)
     start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
     period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
+    gains = {
+        "kp": number(options, "kp", DEFAULT_KP, minimum=0.0),
+        "ki": number(options, "ki", DEFAULT_KI, minimum=0.0),
+    }
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
-    for key in ("budget", "window", "period", "session", "reserve", "tenants", *SESSION_OPTIONS):
+    for key in (
+        "budget",
+        "window",
+        "period",
+        "kp",
+        "ki",
+        "session",
+        "reserve",
+        "tenants",
+        *SESSION_OPTIONS,
+    ):
         burst_options.pop(key, None)
     predictor = burst_predictor(burst_options)
     policy = adapt(predictor, burst_options, cls=BudgetedPolicy)
@@ -218,9 +235,9 @@ def _default(arg: str | None) -> Policy:
 
         policy.on_begin = begin
     price = min(start, MAX_PRICE)
-    controller = BudgetController(budget, window_s=window, price=price)
+    controller = BudgetController(budget, window_s=window, price=price, **gains)
     if flag(options, "tenants", False):
-        policy.tenants = TenantBudgets(budget, window_s=window, price=price)
+        policy.tenants = TenantBudgets(budget, window_s=window, price=price, **gains)
         controller = policy.tenants.cluster
     policy.steer(controller, period, bursts_in(predictor))
     if flag(options, "reserve", DEFAULT_RESERVE):

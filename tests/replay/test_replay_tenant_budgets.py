@@ -83,3 +83,16 @@ def test_tenants_option_is_checked_and_adopted() -> None:
     assert isinstance(fresh, BudgetedPolicy) and fresh.tenants is not None
     fresh.adopt(trained)
     assert fresh.tenants.tenants["a"].price == fresh.tenants.tenants["a"].start_price == 0.3
+
+
+def test_controller_gains_are_options_checked_and_given_to_every_controller() -> None:
+    load_plugins()
+    with pytest.raises(ValueError, match="kp"):
+        make_policy("default:kp=-1")
+    policy = make_policy("default:kp=0.3,ki=0.02,tenants=1")
+    assert isinstance(policy, BudgetedPolicy) and policy.tenants is not None
+    assert (policy.budget.kp, policy.budget.ki) == (0.3, 0.02)
+    tenant = policy.tenants.for_tenant("a")
+    assert (tenant.kp, tenant.ki) == (0.3, 0.02)
+    plain = make_policy("default")
+    assert isinstance(plain, BudgetedPolicy) and (plain.budget.kp, plain.budget.ki) == (1.0, 0.1)
