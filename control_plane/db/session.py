@@ -60,6 +60,10 @@ class TxSession(Session):
         # pipeline (PostgreSQL, where each statement is a round trip): (SQL, parameters, many).
         self._pipelines = pipelines
         self._deferred: list[tuple[str, Any, bool]] = []
+        # A command of a batch on PostgreSQL has no savepoint: what it sent that may have
+        # changed rows is counted instead, from `begin_command` on (writer's `_apply_one`).
+        self.command_changes = 0
+        self._command_from = 0  # where the current command's held-back writes begin
 
     def raw(self) -> tuple[Dialect, Any]:
         """The dialect and DB-API connection of this transaction, found once per transaction
@@ -95,6 +99,8 @@ class TxSession(Session):
                 cursor.execute(text, params)
         except dialect.loaded_dbapi.Error as exc:
             raise as_sqlalchemy_error(dialect, text, params, exc) from exc
+        if cursor.rowcount and not text.startswith("SELECT"):
+            self.command_changes += 1
         return cursor
 
     def run_raw_together(
@@ -116,6 +122,9 @@ class TxSession(Session):
                 self._send_deferred(dbapi_connection)
                 for cursor, (text, params) in zip(cursors, statements, strict=True):
                     _execute(cursor, text, params, False)
+            for cursor, (text, _) in zip(cursors, statements, strict=True):
+                if cursor.rowcount and not text.startswith("SELECT"):
+                    self.command_changes += 1
             return [(_names(c), c.fetchall()) for c in cursors]
         except dialect.loaded_dbapi.Error as exc:
             raise as_sqlalchemy_error(dialect, statements[0][0], None, exc) from exc
@@ -161,8 +170,20 @@ class TxSession(Session):
         self._deferred = []
         return False
 
+    def begin_command(self) -> None:
+        """A command of a batch starts: count what it changes from here on."""
+        self.command_changes = 0
+        self._command_from = len(self._deferred)
+
+    def drop_command_writes(self) -> None:
+        """Forget the current command's held-back writes (it failed before any was sent);
+        earlier commands' still held back stay."""
+        del self._deferred[self._command_from :]
+
     def _send_deferred(self, dbapi_connection: Any) -> None:
         pending, self._deferred = self._deferred, []
+        self.command_changes += max(0, len(pending) - self._command_from)
+        self._command_from = 0
         cursor = dbapi_connection.cursor()
         for text, params, many in pending:
             _execute(cursor, text, params, many)
@@ -171,19 +192,28 @@ class TxSession(Session):
     # and lazy loads (`_execute_internal`), its unit of work (`flush`) and Core statements on
     # `connection()`. tests/control_plane/test_deferred_writes.py holds SQLAlchemy to this.
 
+    # Each also counts toward `command_changes` when it may change rows: a statement that is
+    # not a SELECT, a flush with something to flush, and any use of `connection()`.
+
     def _execute_internal(self, *args: Any, **kwargs: Any) -> Any:
         if self._deferred:
             self.send_deferred()
+        statement = args[0] if args else kwargs.get("statement")
+        if not getattr(statement, "is_select", False):
+            self.command_changes += 1
         return super()._execute_internal(*args, **kwargs)
 
     def flush(self, objects: Any = None) -> None:
         # `_is_clean` is what Session.flush itself asks: a clean session sends nothing.
-        if self._deferred and not self._is_clean():
-            self.send_deferred()
+        if not self._is_clean():
+            self.command_changes += 1
+            if self._deferred:
+                self.send_deferred()
         super().flush(objects)
 
     def connection(self, *args: Any, **kwargs: Any) -> Any:
         connection = super().connection(*args, **kwargs)
+        self.command_changes += 1
         if self._deferred:
             self.send_deferred()
         return connection

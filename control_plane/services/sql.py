@@ -409,11 +409,10 @@ def _bound(
 
 
 def savepoint(session: Session, verb: str) -> None:
-    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, held
-    back to travel with the next statement (PostgreSQL; at once on SQLite); the caller keeps
-    the ORM session in step (see the writer). Nothing waits for them: an error of a held-back
-    write shows up in a later statement, perhaps another command's, and the writer then runs
-    the batch again command by command."""
+    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint: SQLite's
+    commands run in one (on PostgreSQL a command has none: the writer's `_apply_pipelined`).
+    Held back like a write where the session holds writes back; the caller keeps the ORM
+    session in step (see the writer)."""
     _tx(session).defer_raw(f"{verb} {COMMAND_SAVEPOINT}", None)
 
 
@@ -432,6 +431,11 @@ def undo_command(session: Session, mark: int) -> None:
         return
     savepoint(session, "ROLLBACK TO SAVEPOINT")
     savepoint(session, "RELEASE SAVEPOINT")
+
+
+def command_session(session: Session) -> TxSession:
+    """The session of a batch, which counts what each command changes (PostgreSQL)."""
+    return _tx(session)
 
 
 def holds_back(session: Session) -> bool:

@@ -272,32 +272,55 @@ class GroupWriter:
         return alone
 
     def _apply_one(self, session: Session, command: Command) -> _Result:
-        """One command in its own SAVEPOINT: its answer, or the exception it raised with its
-        changes undone.
+        """One command of the batch: its answer, or the exception it raised with its changes
+        undone.
 
-        The savepoint is taken on the connection, not through the ORM's nested transaction,
-        whose bookkeeping cost more than the command's own statements. The ORM is kept in
-        step by hand: its changes are flushed before the savepoint and before its release,
-        and after a rollback to it every ORM object is dropped from the session (the next
-        command loads what it needs as the rows now are) along with the placement view.
+        On SQLite each command runs in a SAVEPOINT, taken on the connection, not through the
+        ORM's nested transaction, whose bookkeeping cost more than the command's own
+        statements. The ORM is kept in step by hand: its changes are flushed before the
+        savepoint and before its release, and after a rollback to it every ORM object is
+        dropped from the session (the next command loads what it needs as the rows now are)
+        along with the placement view.
 
-        On PostgreSQL the savepoint's release is held back with the command's last writes and
-        travels with the next command's first statement: nothing waits for it. A database
-        error there may then belong to an earlier command of the batch, so it fails the
-        batch, which runs again command by command (`apply_batch`).
+        On PostgreSQL a savepoint and its release were two of a command's seven statements,
+        so a command has none (`_apply_pipelined`).
         """
         session.flush()
+        if sql.holds_back(session):
+            return self._apply_pipelined(session, command)
         mark = sql.begin_command(session)
         try:
             result = self._run(session, command)
             session.flush()
             sql.savepoint(session, "RELEASE SAVEPOINT")
         except Exception as exc:
-            if isinstance(exc, DBAPIError) and sql.holds_back(session):
-                raise
             # A concurrent twin (another replica) stored the key first: run it again alone,
             # where it reads the twin's answer.
             return self._undone(session, mark, _ALONE if isinstance(exc, IntegrityError) else exc)
+        return result
+
+    def _apply_pipelined(self, session: Session, command: Command) -> _Result:
+        """A command on PostgreSQL, without a savepoint. Its writes are held back to travel
+        with a later statement, and the session counts what it sent that may have changed
+        rows (`TxSession.command_changes`). A command that fails having changed nothing (a
+        404, a 429: they fail on their reads) drops its held-back writes and is answered
+        with its error. One that fails after changing rows, or with a database error (which
+        may belong to an earlier command's held-back writes), fails the whole batch, which
+        the writer runs again command by command, each in its own transaction."""
+        tx = sql.command_session(session)
+        tx.begin_command()
+        try:
+            result = self._run(session, command)
+            session.flush()
+        except DBAPIError:
+            raise
+        except Exception as exc:
+            if tx.command_changes:
+                raise
+            tx.drop_command_writes()
+            session.expunge_all()
+            placing.drop_view(session)
+            return exc
         return result
 
     @staticmethod

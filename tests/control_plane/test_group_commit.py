@@ -233,3 +233,58 @@ def test_a_periodic_tick_is_a_command_of_the_writer(api: Api, db: Database) -> N
     count = select(func.count()).select_from(AllocationRow)
     assert writer.run_from_thread(lambda session: session.execute(count).scalar_one()) == 1
     assert writer.commands == before + 1
+
+
+def test_a_command_refused_on_its_reads_costs_the_batch_nothing(api: Api, db: Database) -> None:
+    # A refusal (404, 429) comes from a command's reads, before it writes: the rest of the
+    # batch commits in the same transaction, with no run again command by command.
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+    allocate = _allocate(tenant_id)
+
+    def reads_then_refuses(session: Session, now: float):  # type: ignore[no-untyped-def]
+        allocate(session, now)  # placed: its writes are held back (PostgreSQL)...
+        raise NotFound("gone")  # ...and dropped with the command
+
+    def refuses_on_a_read(session: Session, now: float):  # type: ignore[no-untyped-def]
+        return allocations.release(
+            session, tenant_id=tenant_id, allocation_id="alloc_none", now=now
+        )
+
+    writer = _writer(api)
+    before = writer.batches
+    batch = [
+        Command(use_case=allocate),
+        Command(use_case=refuses_on_a_read),
+        Command(use_case=reads_then_refuses),
+        Command(use_case=allocate),
+    ]
+    writer.apply_batch(batch)
+    assert writer.batches == before + 1  # one commit for all four
+    assert [batch[i].answer.result()[0] for i in (0, 3)] == [201, 201]
+    for i in (1, 2):
+        with pytest.raises(NotFound):
+            batch[i].answer.result()
+    assert _counts(db) == (2, 2)
+
+
+def test_a_command_refused_after_it_wrote_leaves_nothing(api: Api, db: Database) -> None:
+    # A refusal after the command's writes reached the database: undone with its savepoint
+    # (SQLite), or with the batch's transaction, the batch then run again command by
+    # command (PostgreSQL). Either way the others commit and its writes do not.
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+    allocate = _allocate(tenant_id)
+
+    def writes_then_refuses(session: Session, now: float):  # type: ignore[no-untyped-def]
+        allocate(session, now)
+        session.execute(select(AllocationRow.id))  # a read: the held-back writes go first
+        raise NotFound("gone")
+
+    batch = [Command(use_case=allocate), Command(use_case=writes_then_refuses)]
+    batch.append(Command(use_case=allocate))
+    _writer(api).apply_batch(batch)
+    assert [batch[i].answer.result()[0] for i in (0, 2)] == [201, 201]
+    with pytest.raises(NotFound):
+        batch[1].answer.result()
+    assert _counts(db) == (2, 2)
