@@ -61,7 +61,7 @@ class TxSession(Session):
         self._pipelines = pipelines
         self._deferred: list[tuple[str, Any, bool]] = []
         # A command of a batch on PostgreSQL has no savepoint: what it sent that may have
-        # changed rows is counted instead, from `begin_command` on (writer's `_apply_one`).
+        # changed rows is counted instead, from `begin_command` on (writer's `_apply_pipelined`).
         self.command_changes = 0
         self._command_from = 0  # where the current command's held-back writes begin
 
@@ -152,23 +152,6 @@ class TxSession(Session):
     def pipelines(self) -> bool:
         """Whether writes are held back to travel with the next statement (PostgreSQL)."""
         return self._pipelines
-
-    def deferred_mark(self) -> int:
-        """Where the next held-back write goes: a command's first, for `drop_deferred`."""
-        return len(self._deferred)
-
-    def drop_deferred(self, mark: int, first: str) -> bool:
-        """Forget the held-back writes of a command that failed: those from `mark` on when
-        the command's own first one (`first`, its SAVEPOINT) is still there, and True: the
-        server saw nothing of the command. Else every held-back write is the command's (the
-        earlier ones went with a statement since) and they go, and False: what the server
-        saw must be undone."""
-        deferred = self._deferred
-        if len(deferred) > mark and deferred[mark][0] == first:
-            del deferred[mark:]
-            return True
-        self._deferred = []
-        return False
 
     def begin_command(self) -> None:
         """A command of a batch starts: count what it changes from here on."""

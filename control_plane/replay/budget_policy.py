@@ -46,6 +46,9 @@ from predictors.reserve import WarmReserve
 DEFAULT_OPTIONS = {"jobs": "4", "fit": "0", "size": "ending"}
 DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
 DEFAULT_KP, DEFAULT_KI = 1.0, 0.1  # the controller's gains (predictors/budget.py)
+# The options `default` takes for itself; the rest (and `price`, where the forecast starts)
+# go to the burst forecast.
+_OWN_OPTIONS = ("budget", "window", "period", "kp", "ki", "session", "reserve", "tenants")
 DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
 # An adaptive warm reserve per active user (reserve=1). Off: it helps where users submit
 # steadily (ITP) but costs a few percent on Helios and Alibaba (docs/prewarm-results.md).
@@ -179,20 +182,7 @@ def tenant_report(tenants: TenantBudgets) -> dict[str, object]:
 def _default(arg: str | None) -> Policy:
     options = parse_options(
         arg,
-        allowed=(
-            "budget",
-            "window",
-            "price",
-            "period",
-            "kp",
-            "ki",
-            "session",
-            "reserve",
-            "tenants",
-            *SESSION_OPTIONS,
-            *BURST_OPTIONS,
-            *ADAPTER,
-        ),
+        allowed=("price", *_OWN_OPTIONS, *SESSION_OPTIONS, *BURST_OPTIONS, *ADAPTER),
     )
     session = flag(options, "session", DEFAULT_SESSION)
     if not session and any(k in options for k in SESSION_OPTIONS):
@@ -207,17 +197,7 @@ def _default(arg: str | None) -> Policy:
         "ki": number(options, "ki", DEFAULT_KI, minimum=0.0),
     }
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
-    for key in (
-        "budget",
-        "window",
-        "period",
-        "kp",
-        "ki",
-        "session",
-        "reserve",
-        "tenants",
-        *SESSION_OPTIONS,
-    ):
+    for key in (*_OWN_OPTIONS, *SESSION_OPTIONS):
         burst_options.pop(key, None)
     predictor = burst_predictor(burst_options)
     policy = adapt(predictor, burst_options, cls=BudgetedPolicy)

@@ -409,38 +409,22 @@ def _bound(
 
 
 def savepoint(session: Session, verb: str) -> None:
-    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint: SQLite's
-    commands run in one (on PostgreSQL a command has none: the writer's `_apply_pipelined`).
-    Held back like a write where the session holds writes back; the caller keeps the ORM
-    session in step (see the writer)."""
-    _tx(session).defer_raw(f"{verb} {COMMAND_SAVEPOINT}", None)
+    """SAVEPOINT, RELEASE SAVEPOINT or ROLLBACK TO SAVEPOINT of the command savepoint, at once
+    on the connection. SQLite's commands run in one; on PostgreSQL a command has none (the
+    writer's `_apply_pipelined`). The caller keeps the ORM session in step (see the writer)."""
+    _tx(session).run_raw(f"{verb} {COMMAND_SAVEPOINT}", None)
 
 
-def begin_command(session: Session) -> int:
-    """Take the command savepoint; the mark `undo_command` needs."""
-    mark = _tx(session).deferred_mark()
-    savepoint(session, "SAVEPOINT")
-    return mark
-
-
-def undo_command(session: Session, mark: int) -> None:
-    """Undo the command since its savepoint (`mark`, from `begin_command`), and release it.
-    Its writes still held back are dropped (the server never saw them); if the savepoint
-    itself was never sent, nothing was and there is nothing to undo."""
-    if _tx(session).drop_deferred(mark, f"SAVEPOINT {COMMAND_SAVEPOINT}"):
-        return
+def undo_command(session: Session) -> None:
+    """Undo the command since its savepoint, and release it."""
     savepoint(session, "ROLLBACK TO SAVEPOINT")
     savepoint(session, "RELEASE SAVEPOINT")
 
 
 def command_session(session: Session) -> TxSession:
-    """The session of a batch, which counts what each command changes (PostgreSQL)."""
+    """The session of a batch: whether it holds writes back (PostgreSQL), and what each
+    command changed there."""
     return _tx(session)
-
-
-def holds_back(session: Session) -> bool:
-    """Whether this session's writes travel with a later statement (PostgreSQL)."""
-    return _tx(session).pipelines
 
 
 def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:

@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Session
 
 from control_plane.db.engine import Database, WriteWouldWait
+from control_plane.db.session import TxSession
 from control_plane.services import idempotency, placing, sql
 from control_plane.services.idempotency import UseCase
 
@@ -286,20 +287,24 @@ class GroupWriter:
         so a command has none (`_apply_pipelined`).
         """
         session.flush()
-        if sql.holds_back(session):
-            return self._apply_pipelined(session, command)
-        mark = sql.begin_command(session)
+        tx = sql.command_session(session)
+        if tx.pipelines:
+            return self._apply_pipelined(session, tx, command)
+        sql.savepoint(session, "SAVEPOINT")
         try:
             result = self._run(session, command)
             session.flush()
             sql.savepoint(session, "RELEASE SAVEPOINT")
         except Exception as exc:
+            sql.undo_command(session)
+            session.expunge_all()
+            placing.drop_view(session)
             # A concurrent twin (another replica) stored the key first: run it again alone,
             # where it reads the twin's answer.
-            return self._undone(session, mark, _ALONE if isinstance(exc, IntegrityError) else exc)
+            return _ALONE if isinstance(exc, IntegrityError) else exc
         return result
 
-    def _apply_pipelined(self, session: Session, command: Command) -> _Result:
+    def _apply_pipelined(self, session: Session, tx: TxSession, command: Command) -> _Result:
         """A command on PostgreSQL, without a savepoint. Its writes are held back to travel
         with a later statement, and the session counts what it sent that may have changed
         rows (`TxSession.command_changes`). A command that fails having changed nothing (a
@@ -307,7 +312,6 @@ class GroupWriter:
         with its error. One that fails after changing rows, or with a database error (which
         may belong to an earlier command's held-back writes), fails the whole batch, which
         the writer runs again command by command, each in its own transaction."""
-        tx = sql.command_session(session)
         tx.begin_command()
         try:
             result = self._run(session, command)
@@ -321,13 +325,6 @@ class GroupWriter:
             session.expunge_all()
             placing.drop_view(session)
             return exc
-        return result
-
-    @staticmethod
-    def _undone(session: Session, mark: int, result: _Result) -> _Result:
-        sql.undo_command(session, mark)
-        session.expunge_all()
-        placing.drop_view(session)
         return result
 
     def _run(self, session: Session, command: Command) -> Any:
