@@ -1,5 +1,5 @@
-"""What the transport guard costs: requests/s of GET /healthz through the guarded h11
-protocol (what `jitgpu server` serves with) against uvicorn's httptools, on one server
+"""What the transport guard costs: requests/s of GET /healthz through the guarded httptools
+protocol (what `jitgpu server` serves with) against uvicorn's plain httptools, on one server
 process each, alternating.
 
     .venv/bin/python bench/transport_overhead.py --runs 3

@@ -54,7 +54,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        # h11 with a guard, not httptools: request heads are bounded in size, count and time.
+        # httptools with a guard: request heads are bounded in size, count and time.
         http=transport.protocol_for(transport.limits_of(settings)),
         log_level=settings.log_level,
         log_config=None,

@@ -6,11 +6,14 @@ import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 from typing import Any, ClassVar
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import httptools
+from starlette.types import Message, Send
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from control_plane.config import ServerSettings
 
@@ -82,33 +85,6 @@ class _Coalescing:
         self._transport.close()
 
 
-class _Conn(h11.Connection):
-    """h11's connection, which also counts headers and keeps the reason it refused a request."""
-
-    max_headers: int = 100
-    refusal: h11.RemoteProtocolError | None = None
-    coalescing: _Coalescing | None = None
-
-    def send(self, event: Any) -> bytes | None:
-        data = super().send(event)
-        if type(event) is h11.Response and self.coalescing is not None:
-            self.coalescing.hold_next()  # the head waits for its body (_Coalescing)
-        return data
-
-    def next_event(self) -> Any:
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as exc:
-            self.refusal = exc
-            raise
-        if isinstance(event, h11.Request) and len(event.headers) > self.max_headers:
-            self.refusal = h11.RemoteProtocolError(
-                f"more than {self.max_headers} request headers", error_status_hint=431
-            )
-            raise self.refusal
-        return event
-
-
 def error_bytes(status: int, code: str, message: str, extra: dict[str, str] | None = None) -> bytes:
     """A whole HTTP/1.1 answer with the project's JSON error body; the connection closes."""
     body = json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
@@ -123,12 +99,33 @@ def error_bytes(status: int, code: str, message: str, extra: dict[str, str] | No
     return head.encode("latin-1") + b"\r\n" + body
 
 
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with limits on what a client may send and for how long.
+class _Refusal(Exception):
+    """Raised from a parser callback: the request is refused with this answer."""
 
-    Refusals are answered here, on the event loop, in constant work per received chunk: the
-    application never sees the request, and a client that is refused cannot make the server
-    buffer or parse more than one head's worth of bytes.
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.answer = (status, code, message)
+
+
+async def _holding_head(send: Send, transport: _Coalescing, message: Message) -> None:
+    if message["type"] == "http.response.start":
+        transport.hold_next()  # the head waits for its body (_Coalescing)
+    await send(message)
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with limits on what a client may send and for how long.
+
+    llhttp bounds nothing itself: one 100 MiB header once froze a plain httptools server for
+    10 s. Here the head is counted as it arrives, in constant work per received chunk:
+    - the bytes of the request line and headers, from the parser's callbacks, and every
+      received chunk that is all head, which bounds what the parser buffers of a header not
+      yet complete;
+    - the headers, one by one;
+    - the time since the server became ready for the head (trickling bytes do not extend it),
+      and the time since the last body bytes while a body is due.
+    Refusals are answered here, on the event loop, with the project's JSON error body: the
+    application never sees the request.
     """
 
     limits: ClassVar[TransportLimits] = TransportLimits()
@@ -136,21 +133,27 @@ class GuardedH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn = _Conn(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
-        self.conn.max_headers = self.limits.max_headers
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_kind: str | None = None
         self._refused = False
         self._drained = 0
         self._ip: str | None = None
+        self._head_bytes = 0  # request line and headers seen by the callbacks
+        self._headers_seen = 0
+        self._has_host = False
+        self._in_head = False  # a request began and its head is not complete
+        self._in_body = False  # a head is complete and its body is not
+        self._head_chunks = 0  # bytes of received chunks that were all head
+        self._chunk_all_head = False
+        # One timer per connection, moved lazily: a deadline that only moves later needs no
+        # new timer, so an ordinary request costs no timer of its own.
+        self._waiting: str | None = None  # for the client's "head" or "body", or None
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     # Connection life
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        coalescing = _Coalescing(transport, self.loop)
-        self.transport = coalescing  # type: ignore[assignment]
-        self.conn.coalescing = coalescing
+        self.transport = _Coalescing(transport, self.loop)  # type: ignore[assignment]
         self._ip = self.client[0] if self.client else None
         if self._ip is not None:
             self.per_ip[self._ip] += 1
@@ -163,10 +166,13 @@ class GuardedH11Protocol(H11Protocol):
                     {"retry-after": "1"},
                 )
                 return
-        self._arm()
+        self._wait_for("head")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
+        self._waiting = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._ip is not None:
             self.per_ip[self._ip] -= 1
             if self.per_ip[self._ip] <= 0:
@@ -181,58 +187,126 @@ class GuardedH11Protocol(H11Protocol):
             if self._drained > DRAIN_BYTES:
                 self.transport.pause_reading()
             return
-        super().data_received(data)
-        if not self._refused:
-            self._arm()
+        self._unset_keepalive_if_required()
+        self._chunk_all_head = self._in_head or self._waiting == "head"
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _Refusal):
+                self._refuse(*cause.answer)
+            else:
+                self._refuse(400, "bad_request", "malformed HTTP request")
+            return
+        if self._in_head and self._chunk_all_head:
+            self._head_chunks += len(data)
+            if self._head_chunks > self.limits.max_head_bytes:
+                self._refuse(*self._head_too_large())
+                return
+        if self._in_body:
+            self._wait_for("body")  # body bytes came: the idle deadline moves
+
+    # Parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = self._headers_seen = self._head_chunks = 0
+        self._has_host = False
+
+    def on_url(self, url: bytes) -> None:
+        self._head_bytes += len(url)
+        if self._head_bytes > self.limits.max_head_bytes:
+            raise _Refusal(*self._head_too_large())
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers_seen += 1
+        if self._headers_seen > self.limits.max_headers:
+            raise _Refusal(
+                431,
+                "request_header_too_large",
+                f"more than {self.limits.max_headers} request headers",
+            )
+        self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        if self._head_bytes > self.limits.max_head_bytes:
+            raise _Refusal(*self._head_too_large())
+        if len(name) == 4 and name.lower() == b"host":
+            self._has_host = True
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._chunk_all_head = False
+        # HTTP/1.1 requires Host (RFC 9112 3.2); a request without one is refused, as by h11.
+        if not self._has_host and self.parser.get_http_version() == "1.1":
+            raise _Refusal(400, "bad_request", "HTTP/1.1 request without a Host header")
+        self._in_body = True
+        self._wait_for("body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._wait_for(None)  # the server's turn: no deadline for the client
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self._refused:
-            self._arm()
-
-    def send_400_response(self, msg: str) -> None:
-        # Called by uvicorn when h11 refuses the request; the reason is kept on the connection.
-        refusal = self.conn.refusal
-        if refusal is not None and refusal.error_status_hint == 431:
-            reason = str(refusal)
-            if reason == "Receive buffer too long":
-                reason = f"request head over {self.limits.max_head_bytes} bytes"
-            self._refuse(431, "request_header_too_large", reason)
+        if self._refused:
             return
-        self._refuse(400, "bad_request", "malformed HTTP request")
+        if self._in_body:
+            self._wait_for("body")
+        elif self._in_head or self.cycle is None or self.cycle.response_complete:
+            self._wait_for("head")
 
-    # Timers: one per connection, for the head or the body in flight
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # The cycle writes a response's head and body separately; hold the head for the body.
+        cycle.send = partial(_holding_head, cycle.send, self.transport)  # type: ignore[method-assign]
+        super()._start_asgi_task(cycle, app)
 
-    def _arm(self) -> None:
-        state = self.conn.their_state
-        if state is h11.IDLE:
-            # The deadline runs from when the server is ready for a head; bytes that trickle
-            # in do not extend it.
-            if self._timer_kind != "head":
-                self._set_timer("head", self.limits.head_timeout_s)
-        elif state is h11.SEND_BODY:
-            self._set_timer("body", self.limits.body_idle_timeout_s)
-        else:
-            self._cancel_timer()
+    def _head_too_large(self) -> tuple[int, str, str]:
+        return (
+            431,
+            "request_header_too_large",
+            f"request head over {self.limits.max_head_bytes} bytes",
+        )
 
-    def _set_timer(self, kind: str, delay: float) -> None:
-        self._cancel_timer()
-        self._timer_kind = kind
-        self._timer = self.loop.call_later(delay, self._timed_out, kind)
+    # The deadline: for the head or the body in flight
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self._timer_kind = None, None
+    def _wait_for(self, kind: str | None) -> None:
+        if kind is None or kind != self._waiting or kind == "body":
+            # The head's deadline runs from when the server became ready for it: bytes that
+            # trickle in do not extend it. The body's runs from its last bytes.
+            self._waiting = kind
+            if kind is None:
+                return
+            limits = self.limits
+            delay = limits.head_timeout_s if kind == "head" else limits.body_idle_timeout_s
+            self._deadline = self.loop.time() + delay
+            if self._timer is not None and self._timer.when() > self._deadline:
+                self._timer.cancel()
+                self._timer = None
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._timed_out)
 
-    def _timed_out(self, kind: str) -> None:
-        self._timer, self._timer_kind = None, None
-        if self._refused or self.transport.is_closing():
+    def _timed_out(self) -> None:
+        self._timer = None
+        kind = self._waiting
+        if kind is None or self._refused or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._timed_out)
             return
         if kind == "body" and self.flow is not None and self.flow.read_paused:
             # Reading is paused because the application is slow to take the body: the
             # client is not idle. Look again later.
-            self._set_timer("body", self.limits.body_idle_timeout_s)
+            self._wait_for("body")
             return
         if kind == "head":
             message = f"request head not complete within {self.limits.head_timeout_s:g}s"
@@ -246,7 +320,10 @@ class GuardedH11Protocol(H11Protocol):
         self, status: int, code: str, message: str, extra: dict[str, str] | None = None
     ) -> None:
         self._refused = True
-        self._cancel_timer()
+        self._waiting = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.cycle is not None and not self.cycle.response_complete:
             # The application is waiting for this request's body: it will not come.
             self.cycle.disconnected = True
@@ -276,10 +353,10 @@ def limits_of(settings: ServerSettings) -> TransportLimits:
     )
 
 
-def protocol_for(limits: TransportLimits) -> type[GuardedH11Protocol]:
+def protocol_for(limits: TransportLimits) -> type[GuardedHttpToolsProtocol]:
     """A protocol class for one server: its own limits and its own count of connections."""
     return type(
-        "GuardedH11Protocol",
-        (GuardedH11Protocol,),
+        "GuardedHttpToolsProtocol",
+        (GuardedHttpToolsProtocol,),
         {"limits": limits, "per_ip": Counter()},
     )
