@@ -324,13 +324,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.cycle is not None and not self.cycle.response_complete:
+        # The cycle of a request in flight; the last one stays set once answered.
+        cycle = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
+        if cycle is not None:
             # The application is waiting for this request's body: it will not come.
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
+            cycle.disconnected = True
+            cycle.message_event.set()
         if self.transport.is_closing():
             return
-        if self.cycle is not None and self.cycle.response_started:
+        if cycle is not None and cycle.response_started:
             # The application has answered already (a 413 before the body, say): a second
             # answer would corrupt the stream, so the connection just closes.
             self.transport.close()

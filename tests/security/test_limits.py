@@ -3,6 +3,8 @@ by the transport with the JSON error body, and well-behaved clients are served m
 
 from __future__ import annotations
 
+import re
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +47,15 @@ def _error(answer, status: int, code: str) -> str:  # type: ignore[no-untyped-de
     return error["message"]
 
 
+def _statuses(sock: socket.socket) -> list[int]:
+    """The status of every answer on the connection, read until the server closes it."""
+    sock.settimeout(10)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return [int(m) for m in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)]
+
+
 def test_a_head_over_64_kib_is_431(server: ServerProc) -> None:
     with connect(server.url) as sock:
         send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000)
@@ -62,6 +73,56 @@ def test_more_than_100_headers_is_431(server: ServerProc) -> None:
         fine = b"".join(b"X-H%d: v\r\n" % i for i in range(99))
         send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + fine + b"\r\n")
         assert read_answer(sock).status == 200
+
+
+def test_a_head_of_many_small_headers_over_64_kib_is_431(server: ServerProc) -> None:
+    # Every header is small and the head is complete: counted header by header, not by chunk.
+    many = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 900) for i in range(80))
+    with connect(server.url) as sock:
+        send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        assert "65536" in _error(read_answer(sock), 431, "request_header_too_large")
+
+
+def test_an_http_1_1_request_without_host_is_400(server: ServerProc) -> None:
+    with connect(server.url) as sock:
+        send_all(sock, b"GET /healthz HTTP/1.1\r\nX-A: 1\r\n\r\n")
+        assert "Host" in _error(read_answer(sock), 400, "bad_request")
+
+
+def test_pipelined_requests_are_answered_in_order(server: ServerProc) -> None:
+    with connect(server.url) as sock:
+        send_all(
+            sock,
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        assert _statuses(sock) == [200, 404]
+
+
+def test_a_large_body_before_a_pipelined_head_does_not_count_as_head(server: ServerProc) -> None:
+    body = b"x" * 200_000  # arrives in the same chunks as the next request's head
+    with connect(server.url) as sock:
+        send_all(
+            sock,
+            b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+            + body
+            + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        assert _statuses(sock) == [405, 200]
+
+
+def test_the_next_head_on_a_kept_alive_connection_is_timed_too(server: ServerProc) -> None:
+    with connect(server.url) as sock:
+        send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_answer(sock).status == 200
+        started = time.monotonic()
+        send_all(sock, b"GET /healthz HTTP/1.1\r\n")
+        while time.monotonic() - started < HEAD_TIMEOUT_S + 1 and send_all(sock, b"X"):
+            time.sleep(0.2)
+        answer = read_answer(sock)
+        waited = time.monotonic() - started
+    _error(answer, 408, "request_timeout")
+    assert waited <= HEAD_TIMEOUT_S + 2.0
 
 
 def test_a_head_that_trickles_in_is_408_on_time(server: ServerProc) -> None:
