@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from control_plane.api import docs, errors, observability
 from control_plane.api.hotroutes import HotRoutes
@@ -22,6 +23,28 @@ from control_plane.db import migrate
 from control_plane.db.engine import Database
 from control_plane.services.heartbeats import Flusher, HeartbeatBuffer
 from control_plane.services.writer import GroupWriter
+
+
+class ControlPlaneApp(FastAPI):
+    """FastAPI with two steps in front of its whole middleware stack.
+
+    First the request observer: every request, refused ones too, gets an id, a log line and
+    its latency. Then the hot routes (hotroutes.py), which serve the ordinary allocate,
+    release, task report and heartbeat themselves and hand everything else to the framework's
+    stack (error middleware, limits, routing) with the body they read. In front of that stack,
+    not inside it, they skip its layers' per-request cost; they bound the body and answer
+    their own failures as that stack would."""
+
+    instruments: observability.Instruments
+
+    def build_middleware_stack(self) -> ASGIApp:
+        framework = super().build_middleware_stack()
+        hot = HotRoutes(
+            framework,
+            counter=self.instruments.hot_routes,
+            max_body_bytes=self.state.settings.max_body_bytes,
+        )
+        return observability.RequestObserver(hot, histogram=self.instruments.requests)
 
 
 def create_app(
@@ -89,7 +112,7 @@ def create_app(
             if db is None:
                 database.dispose()
 
-    app = FastAPI(
+    app = ControlPlaneApp(
         title="jitgpu control plane",
         version="1",
         description="Pre-warm GPUs just in time: holds, claims and allocations.",
@@ -117,13 +140,10 @@ def create_app(
         else None
     )
     errors.install(app)
-    # Innermost: the ordinary allocate and release skip the framework's routing (hotroutes.py).
-    app.add_middleware(HotRoutes, counter=instruments.hot_routes)
+    app.instruments = instruments
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     if app.state.rate_limiter is not None:
         app.add_middleware(AnonymousRateLimit, limiter=app.state.rate_limiter)
-    # Added last, so it runs first: every request, refused ones too, gets an id and a line.
-    app.add_middleware(observability.RequestObserver, histogram=instruments.requests)
     # Matched in this order: the hot routes (allocations, holds, heartbeats) come first.
     for module in (allocations, holds, nodes, node_identity, tenants, health, observability):
         app.include_router(module.router)

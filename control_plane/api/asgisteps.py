@@ -20,13 +20,20 @@ class Decline(Exception):
     """Not the ordinary case: the framework's route answers this request."""
 
 
+# Set in a request's scope once its answer is under way (or the framework has the request):
+# past that, a failure cannot be answered again.
+ANSWERING = "jitgpu.answering"
+
+
 async def answer_error(scope: Scope, send: Send, exc: Exception) -> None:
     """An exception mapped exactly as the framework's handlers map it."""
+    scope[ANSWERING] = True
     await response_for(exc)(scope, _no_body, send)
 
 
-async def answer(send: Send, status: int, body: bytes) -> None:
+async def answer(scope: Scope, send: Send, status: int, body: bytes) -> None:
     """A JSON answer already serialised."""
+    scope[ANSWERING] = True
     await send(
         {
             "type": "http.response.start",
@@ -78,17 +85,23 @@ def bearer(headers: dict[bytes, bytes]) -> str:
         raise Decline from None
 
 
-async def read_body(receive: Receive) -> tuple[list[Message], bytes | None]:
+async def read_body(receive: Receive, max_bytes: int) -> tuple[list[Message], bytes | None]:
     """Every message of the body, to replay if the framework takes over, and the body (None if
-    the client went away or a limit cut it off)."""
+    the client went away, or once it passes `max_bytes`: the framework's body limit then
+    refuses it from the replayed messages)."""
     messages: list[Message] = []
     chunks: list[bytes] = []
+    seen = 0
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
             return messages, None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if seen > max_bytes:
+            return messages, None
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return messages, b"".join(chunks)
 

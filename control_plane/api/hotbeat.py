@@ -52,7 +52,7 @@ HEARTBEAT = "/v1/nodes/{node_id}/heartbeat"
 async def heartbeat(
     routes: HotRoutes, scope: Scope, receive: Receive, send: Send, node_id: str
 ) -> None:
-    messages, body = await read_body(receive)
+    messages, body = await read_body(receive, routes.max_body_bytes)
     state = scope["app"].state
     try:
         headers = headers_of(scope)
@@ -87,7 +87,7 @@ async def heartbeat(
         await routes.decline(HEARTBEAT, scope, replay(messages, receive), send)
         return
     routes.serving(scope, HEARTBEAT)
-    await answer(send, 200, text.encode())
+    await answer(scope, send, 200, text.encode())
 
 
 class _NotServed:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from control_plane.api.asgisteps import (
+    ANSWERING,
     Decline,
     answer,
     answer_error,
@@ -65,8 +66,9 @@ class HotRoutes:
     """Serve the ordinary allocate, release, task report and heartbeat requests; pass every
     other request on."""
 
-    def __init__(self, app: ASGIApp, counter: Counter) -> None:
+    def __init__(self, app: ASGIApp, counter: Counter, max_body_bytes: int) -> None:
         self.app = app
+        self.max_body_bytes = max_body_bytes
         # Children made once: labels() per request would cost a dict lookup and a lock.
         self._served = {
             (template, path): counter.labels(f"{method} {template}", path)
@@ -84,25 +86,33 @@ class HotRoutes:
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
-        if method == "POST" and path == COLLECTION:
-            await self._create(scope, receive, send)
-        elif (
-            method == "DELETE"
-            and path.startswith(_ITEM_PREFIX)
-            and _ID.fullmatch(path[len(_ITEM_PREFIX) :])
-        ):
-            await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
-        elif method == "POST" and (task := _TASK.fullmatch(path)) is not None:
-            await self._report_task(scope, receive, send, task.group(1), task.group(2))
-        elif method == "POST" and (beat := _HEARTBEAT.fullmatch(path)) is not None:
-            await heartbeat(self, scope, receive, send, beat.group(1))
-        else:
-            await self.app(scope, receive, send)
+        try:
+            if method == "POST" and path == COLLECTION:
+                await self._create(scope, receive, send)
+            elif (
+                method == "DELETE"
+                and path.startswith(_ITEM_PREFIX)
+                and _ID.fullmatch(path[len(_ITEM_PREFIX) :])
+            ):
+                await self._release(scope, receive, send, path[len(_ITEM_PREFIX) :])
+            elif method == "POST" and (task := _TASK.fullmatch(path)) is not None:
+                await self._report_task(scope, receive, send, task.group(1), task.group(2))
+            elif method == "POST" and (beat := _HEARTBEAT.fullmatch(path)) is not None:
+                await heartbeat(self, scope, receive, send, beat.group(1))
+            else:
+                scope[ANSWERING] = True  # the framework's, errors included
+                await self.app(scope, receive, send)
+        except Exception as exc:
+            # This path runs outside the framework's error middleware: an unexpected failure
+            # before the answer began is answered as the framework would (500, JSON, logged).
+            if scope.get(ANSWERING):
+                raise
+            await answer_error(scope, send, exc)
 
     # The two routes
 
     async def _create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        messages, body = await read_body(receive)
+        messages, body = await read_body(receive, self.max_body_bytes)
         try:
             headers = headers_of(scope)
             who = _caller(scope, headers, KeyScope.TENANT)
@@ -152,7 +162,7 @@ class HotRoutes:
     async def _report_task(
         self, scope: Scope, receive: Receive, send: Send, node_id: str, alloc_id: str
     ) -> None:
-        messages, body = await read_body(receive)
+        messages, body = await read_body(receive, self.max_body_bytes)
         try:
             headers = headers_of(scope)
             who = _caller(scope, headers, KeyScope.NODE, KeyScope.ADMIN)
@@ -181,6 +191,7 @@ class HotRoutes:
     async def decline(self, template: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Not the ordinary case: the framework's route answers it."""
         self._served[template, "framework"].inc()
+        scope[ANSWERING] = True
         await self.app(scope, receive, send)
 
     async def _answer(
@@ -201,7 +212,7 @@ class HotRoutes:
         except Exception as exc:  # mapped exactly as the framework's handlers map it
             await answer_error(scope, send, exc)
             return
-        await answer(send, status, text.encode())
+        await answer(scope, send, status, text.encode())
 
     def serving(self, scope: Scope, template: str) -> None:
         """Count the request as served here; the request log and metrics name the route by

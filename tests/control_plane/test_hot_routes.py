@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from control_plane.api.app import create_app
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
+from control_plane.schemas.allocations import AllocationCreate
 from tests.conftest import FakeClock
 from tests.control_plane.conftest import ADMIN, Api
 from tests.support.nodes import enrol_node
@@ -217,3 +218,33 @@ def test_task_reports_answer_alike_on_both_paths(cached: Api, path: str) -> None
     bad = report(n2, on_n2, {"status": "sleeping"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "status"
     assert served(api, TASK, "hot") == (4 if path == "hot" else 0)
+
+
+def test_an_unexpected_failure_on_the_hot_path_is_a_json_500(
+    cached: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hot path runs in front of the framework's error middleware: it answers its own.
+    api = cached
+    api.node("n1", gpus=1)
+    _, a = api.tenant("team-a", quota=1)
+    api.http.get("/v1/allocations", headers=a)
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(AllocationCreate, "model_validate", broken)
+    answer = api.http.post("/v1/allocations", json={"gpu_count": 1}, headers=a)
+    assert answer.status_code == 500
+    assert answer.json()["error"]["code"] == "internal_error"
+    assert "a bug" not in answer.text
+
+
+def test_a_body_over_the_limit_is_413_on_the_hot_path_too(cached: Api) -> None:
+    api = cached
+    _, a = api.tenant("team-a", quota=1)
+    api.http.get("/v1/allocations", headers=a)
+    limit = api.http.app.state.settings.max_body_bytes  # type: ignore[attr-defined]
+    padding = {"gpu_count": 1, "pad": "y" * (limit + 10)}
+    answer = api.http.post("/v1/allocations", json=padding, headers=a)
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "body_too_large"
