@@ -35,6 +35,10 @@ class TransportLimits:
     head_timeout_s: float = 10.0
     body_idle_timeout_s: float = 30.0
     max_connections_per_ip: int = 256
+    # What a request may send after its head: the body with its chunk framing and trailers.
+    # The application refuses a body over its own limit (413); this bounds what the parser
+    # itself would buffer, such as a chunked body's trailer fields, which it keeps whole.
+    max_body_wire_bytes: int = 2 * 1_048_576 + 65_536
 
 
 class _Coalescing:
@@ -142,6 +146,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False  # a request began and its head is not complete
         self._in_body = False  # a head is complete and its body is not
         self._head_chunks = 0  # bytes of received chunks that were all head
+        self._body_wire = 0  # bytes received since the head completed
         self._chunk_all_head = False
         # One timer per connection, moved lazily: a deadline that only moves later needs no
         # new timer, so an ordinary request costs no timer of its own.
@@ -189,6 +194,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._chunk_all_head = self._in_head or self._waiting == "head"
+        was_in_body = self._in_body
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -208,6 +214,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_chunks += len(data)
             if self._head_chunks > self.limits.max_head_bytes:
                 self._refuse(*self._head_too_large())
+                return
+        if self._in_body or was_in_body:
+            self._body_wire += len(data)
+            if self._body_wire > self.limits.max_body_wire_bytes:
+                self._refuse(
+                    413,
+                    "body_too_large",
+                    f"request body, with its framing and trailers, over "
+                    f"{self.limits.max_body_wire_bytes} bytes",
+                )
                 return
         if self._in_body:
             self._wait_for("body")  # body bytes came: the idle deadline moves
@@ -248,6 +264,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not self._has_host and self.parser.get_http_version() == "1.1":
             raise _Refusal(400, "bad_request", "HTTP/1.1 request without a Host header")
         self._in_body = True
+        self._body_wire = 0
         self._wait_for("body")
         super().on_headers_complete()
 
@@ -352,6 +369,7 @@ def limits_of(settings: ServerSettings) -> TransportLimits:
         head_timeout_s=settings.header_timeout_s,
         body_idle_timeout_s=settings.body_idle_timeout_s,
         max_connections_per_ip=settings.max_connections_per_ip,
+        max_body_wire_bytes=2 * settings.max_body_bytes + settings.max_header_bytes,
     )
 
 

@@ -163,6 +163,24 @@ def test_an_oversize_body_is_413(server: ServerProc) -> None:
         _error(read_answer(sock), 413, "body_too_large")
 
 
+def test_a_chunked_body_with_an_endless_trailer_is_413(server: ServerProc) -> None:
+    # The parser keeps a trailer field whole: without a bound, memory grows with what the
+    # client sends (h11 bounded it; llhttp does not).
+    with connect(server.url) as sock:
+        send_all(
+            sock,
+            b"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n0\r\nX-Trailer: ",
+        )
+        for _ in range(80):  # 5 MiB, past twice the 1 MiB body limit
+            if not send_all(sock, b"t" * 65_536):
+                break
+        assert "trailers" in _error(read_answer(sock), 413, "body_too_large")
+    with server.admin() as admin:  # nothing was created from it
+        assert admin.get("/v1/tenants").json() == []
+
+
 def test_connections_past_the_per_ip_cap_are_429_and_others_still_served(
     server: ServerProc,
 ) -> None:
