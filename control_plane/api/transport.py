@@ -254,13 +254,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_bytes > self.limits.max_head_bytes:
             raise _Refusal(*self._head_too_large())
         if len(name) == 4 and name.lower() == b"host":
+            if self._has_host:  # two hosts: which one a proxy in front routed by is unknown
+                raise _Refusal(400, "bad_request", "more than one Host header")
             self._has_host = True
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._chunk_all_head = False
-        # HTTP/1.1 requires Host (RFC 9112 3.2); a request without one is refused, as by h11.
+        # HTTP/1.1 requires one Host (RFC 9112 3.2); a request without one is refused, as by h11.
         if not self._has_host and self.parser.get_http_version() == "1.1":
             raise _Refusal(400, "bad_request", "HTTP/1.1 request without a Host header")
         self._in_body = True

@@ -83,9 +83,12 @@ def test_a_head_of_many_small_headers_over_64_kib_is_431(server: ServerProc) -> 
         assert "65536" in _error(read_answer(sock), 431, "request_header_too_large")
 
 
-def test_an_http_1_1_request_without_host_is_400(server: ServerProc) -> None:
+def test_an_http_1_1_request_without_one_host_is_400(server: ServerProc) -> None:
     with connect(server.url) as sock:
         send_all(sock, b"GET /healthz HTTP/1.1\r\nX-A: 1\r\n\r\n")
+        assert "Host" in _error(read_answer(sock), 400, "bad_request")
+    with connect(server.url) as sock:
+        send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n")
         assert "Host" in _error(read_answer(sock), 400, "bad_request")
 
 
