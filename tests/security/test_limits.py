@@ -92,6 +92,25 @@ def test_an_http_1_1_request_without_one_host_is_400(server: ServerProc) -> None
         assert "Host" in _error(read_answer(sock), 400, "bad_request")
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
+        b"GET /healthz HTTP/1.1\nHost: x\n\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  2\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost : x\r\n\r\n",
+    ],
+    ids=["length-and-chunked", "two-lengths", "bare-lf", "folded-line", "space-before-colon"],
+)
+def test_heads_a_proxy_could_read_otherwise_are_400(server: ServerProc, head: bytes) -> None:
+    # Requests two parsers could frame differently (request smuggling) are refused outright.
+    with connect(server.url) as sock:
+        send_all(sock, head)
+        _error(read_answer(sock), 400, "bad_request")
+
+
 def test_pipelined_requests_are_answered_in_order(server: ServerProc) -> None:
     with connect(server.url) as sock:
         send_all(
