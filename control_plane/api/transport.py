@@ -299,20 +299,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # The deadline: for the head or the body in flight
 
     def _wait_for(self, kind: str | None) -> None:
-        if kind is None or kind != self._waiting or kind == "body":
+        if kind == "head" and self._waiting == "head":
             # The head's deadline runs from when the server became ready for it: bytes that
             # trickle in do not extend it. The body's runs from its last bytes.
-            self._waiting = kind
-            if kind is None:
-                return
-            limits = self.limits
-            delay = limits.head_timeout_s if kind == "head" else limits.body_idle_timeout_s
-            self._deadline = self.loop.time() + delay
-            if self._timer is not None and self._timer.when() > self._deadline:
-                self._timer.cancel()
-                self._timer = None
-            if self._timer is None:
-                self._timer = self.loop.call_at(self._deadline, self._timed_out)
+            return
+        self._waiting = kind
+        if kind is None:
+            return
+        limits = self.limits
+        delay = limits.head_timeout_s if kind == "head" else limits.body_idle_timeout_s
+        self._deadline = self.loop.time() + delay
+        if self._timer is not None and self._timer.when() > self._deadline:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._timed_out)
 
     def _timed_out(self) -> None:
         self._timer = None

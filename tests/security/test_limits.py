@@ -39,6 +39,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     assert "Traceback" not in proc.output()
 
 
+# The head of a request the application reads the whole body of before it answers.
+ADMIN_POST_TENANT = (
+    b"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Authorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n"
+)
+
+
 def _error(answer, status: int, code: str) -> str:  # type: ignore[no-untyped-def]
     assert answer.status == status, (answer.status, answer.body[:300])
     assert answer.headers["content-type"] == "application/json"
@@ -133,30 +140,27 @@ def test_a_large_body_before_a_pipelined_head_does_not_count_as_head(server: Ser
         assert _statuses(sock) == [405, 200]
 
 
+def _trickle_a_head(sock: socket.socket) -> float:
+    """Start a head and send a byte now and then until refused; seconds until the 408."""
+    started = time.monotonic()
+    send_all(sock, b"GET /healthz HTTP/1.1\r\n")
+    # A byte now and then does not extend the deadline.
+    while time.monotonic() - started < HEAD_TIMEOUT_S + 1 and send_all(sock, b"X"):
+        time.sleep(0.2)
+    _error(read_answer(sock), 408, "request_timeout")
+    return time.monotonic() - started
+
+
 def test_the_next_head_on_a_kept_alive_connection_is_timed_too(server: ServerProc) -> None:
     with connect(server.url) as sock:
         send_all(sock, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert read_answer(sock).status == 200
-        started = time.monotonic()
-        send_all(sock, b"GET /healthz HTTP/1.1\r\n")
-        while time.monotonic() - started < HEAD_TIMEOUT_S + 1 and send_all(sock, b"X"):
-            time.sleep(0.2)
-        answer = read_answer(sock)
-        waited = time.monotonic() - started
-    _error(answer, 408, "request_timeout")
-    assert waited <= HEAD_TIMEOUT_S + 2.0
+        assert _trickle_a_head(sock) <= HEAD_TIMEOUT_S + 2.0
 
 
 def test_a_head_that_trickles_in_is_408_on_time(server: ServerProc) -> None:
     with connect(server.url) as sock:
-        started = time.monotonic()
-        send_all(sock, b"GET /healthz HTTP/1.1\r\n")
-        # A byte now and then does not extend the deadline.
-        while time.monotonic() - started < HEAD_TIMEOUT_S + 1 and send_all(sock, b"X"):
-            time.sleep(0.2)
-        answer = read_answer(sock)
-        waited = time.monotonic() - started
-    _error(answer, 408, "request_timeout")
+        waited = _trickle_a_head(sock)
     assert HEAD_TIMEOUT_S - 0.1 <= waited <= HEAD_TIMEOUT_S + 2.0
 
 
@@ -164,9 +168,7 @@ def test_an_idle_body_is_408(server: ServerProc) -> None:
     with connect(server.url) as sock:
         send_all(
             sock,
-            b"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n"
-            b'Content-Length: 100\r\n\r\n{"name":',
+            ADMIN_POST_TENANT + b'Content-Length: 100\r\n\r\n{"name":',
         )
         message = _error(read_answer(sock), 408, "request_timeout")
     assert "body" in message
@@ -191,9 +193,7 @@ def test_a_chunked_body_with_an_endless_trailer_is_413(server: ServerProc) -> No
     with connect(server.url) as sock:
         send_all(
             sock,
-            b"POST /v1/tenants HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer " + ADMIN_TOKEN.encode() + b"\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n0\r\nX-Trailer: ",
+            ADMIN_POST_TENANT + b"Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n0\r\nX-Trailer: ",
         )
         for _ in range(80):  # 5 MiB, past twice the 1 MiB body limit
             if not send_all(sock, b"t" * 65_536):
