@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sqlite3
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -27,6 +29,8 @@ from control_plane.db.pinging import ping_when_idle
 from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
+
+log = logging.getLogger(__name__)
 
 # Key of the PostgreSQL transaction-level advisory lock that serialises placement decisions.
 # Best fit is deterministic, so two concurrent placements would pick the same GPUs and one
@@ -168,7 +172,9 @@ class Database:
             self.is_sqlite = False
             self.engine = create_engine(self.url, pool_size=10, max_overflow=30, pool_recycle=1800)
             ping_when_idle(self.engine)
-            self._write_bind = self.engine
+            # Write transactions send their own BEGIN and COMMIT (`TxSession.start`,
+            # `commit_with`), each with other statements: psycopg's own were round trips alone.
+            self._write_bind = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             self._write_mutex = None
             self._loop_engine = None
             self._loop_commits = False
@@ -343,21 +349,33 @@ class Database:
     def _transaction(self, session: TxSession) -> Iterator[None]:
         """Where every write transaction begins and ends: the notes a layer above left in it
         run their last statements before the commit, and learn whether it committed."""
+        rows: list[list[Any]] = []
         try:
             with session.begin():
-                # Take the connection (and on SQLite the write lock) now, before the caller
-                # reads the clock, so that recorded times follow the order of commits.
-                session.connection()
+                # Begin now (on SQLite, take the write lock), before the caller reads the
+                # clock, so that recorded times follow the order of commits.
+                session.start()
                 yield
+                # What the ORM holds goes now, inside the transaction: on PostgreSQL the
+                # session's COMMIT comes before SQLAlchemy's own end of the transaction.
+                session.flush()
+                last = session.notes.last_statements(session) if session.notes else []
+                rows = session.commit_with(last)
+        except Exception:
+            if not session.committed:
                 if session.notes is not None:
-                    session.notes.before_commit(session)
-                session.send_deferred()  # the commit goes past the session: send them first
+                    session.notes.after_rollback()
+                raise
+            # PostgreSQL committed (the session sent COMMIT) and something after failed, such
+            # as SQLAlchemy's own end of the transaction: the changes stand, so the caller must
+            # hear that they did (the writer would otherwise run its batch again).
+            log.exception("after a commit")
         except BaseException:
-            if session.notes is not None:
+            if not session.committed and session.notes is not None:
                 session.notes.after_rollback()
             raise
         if session.notes is not None:
-            session.notes.after_commit()
+            session.notes.after_commit(rows)
 
     def _publish(self, touched: set[str]) -> None:
         if touched:

@@ -25,11 +25,12 @@ class EpochCache:
 
 class TransactionNotes(Protocol):
     """What a layer above noted during a write transaction, settled by the transaction's owner
-    (`Database`) as the transaction ends: statements to run last, then commit or rollback."""
+    (`Database`) as the transaction ends: statements to run last (with the commit, in one round
+    trip on PostgreSQL), then their rows once committed, or the rollback."""
 
-    def before_commit(self, session: TxSession) -> None: ...
+    def last_statements(self, session: TxSession) -> list[tuple[str, Any]]: ...
 
-    def after_commit(self) -> None: ...
+    def after_commit(self, rows: list[list[Any]]) -> None: ...
 
     def after_rollback(self) -> None: ...
 
@@ -64,6 +65,10 @@ class TxSession(Session):
         # changed rows is counted instead, from `begin_command` on (writer's `_apply_pipelined`).
         self.command_changes = 0
         self._command_from = 0  # where the current command's held-back writes begin
+        # On PostgreSQL the session sends BEGIN and COMMIT itself (the connection is in
+        # autocommit mode), so that each travels with other statements; True once the
+        # database has committed, whatever fails after.
+        self.committed = False
 
     def raw(self) -> tuple[Dialect, Any]:
         """The dialect and DB-API connection of this transaction, found once per transaction
@@ -116,7 +121,7 @@ class TxSession(Session):
                 out = []
                 for cursor, (text, params) in zip(cursors, statements, strict=True):
                     _execute(cursor, text, params, False)
-                    out.append((_names(cursor), cursor.fetchall()))
+                    out.append((_names(cursor), _rows(cursor)))
                 return out
             with dbapi_connection.pipeline():
                 self._send_deferred(dbapi_connection)
@@ -125,9 +130,29 @@ class TxSession(Session):
             for cursor, (text, _) in zip(cursors, statements, strict=True):
                 if cursor.rowcount and not text.startswith("SELECT"):
                     self.command_changes += 1
-            return [(_names(c), c.fetchall()) for c in cursors]
+            return [(_names(c), _rows(c)) for c in cursors]
         except dialect.loaded_dbapi.Error as exc:
             raise as_sqlalchemy_error(dialect, statements[0][0], None, exc) from exc
+
+    def start(self) -> None:
+        """Begin the transaction. On SQLite, take the connection (and the write lock) now. On
+        PostgreSQL, BEGIN is held back to travel with the first statement: a snapshot starts
+        at the first statement anyway, and psycopg's own BEGIN was a round trip alone."""
+        if self._pipelines:
+            self.raw()
+            self._deferred.append(("BEGIN", None, False))
+        else:
+            self.connection()
+
+    def commit_with(self, statements: list[tuple[str, Any]]) -> list[list[Any]]:
+        """Run the last statements and commit; their rows. On PostgreSQL the held-back writes,
+        these statements and COMMIT go in one round trip; on SQLite the session's owner commits
+        after this, as SQLAlchemy does."""
+        if not self._pipelines:
+            return [rows for _, rows in self.run_raw_together(statements)] if statements else []
+        out = self.run_raw_together([*statements, ("COMMIT", None)])
+        self.committed = True
+        return [rows for _, rows in out[:-1]]
 
     def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
         """A write whose result nobody reads: with PostgreSQL it is sent with the next
@@ -208,6 +233,12 @@ def as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception
 
 def _names(cursor: Any) -> list[str]:
     return [d[0] for d in cursor.description or ()]
+
+
+def _rows(cursor: Any) -> list[Any]:
+    # A statement that returns no rows (COMMIT, an UPDATE without RETURNING) has nothing to
+    # fetch; psycopg raises if asked.
+    return cursor.fetchall() if cursor.description is not None else []
 
 
 def _execute(cursor: Any, text: str, params: Any, many: bool) -> None:

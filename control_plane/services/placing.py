@@ -12,6 +12,7 @@ transaction commits or rolls back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -78,13 +79,13 @@ class _ViewNotes:
     inventory: bool = False
     new_epoch: int | None = None
 
-    def before_commit(self, session: TxSession) -> None:
-        if self.changed:
-            self.new_epoch = sql.run(session, sql.BUMP_EPOCH).fetchone()[0]
+    def last_statements(self, session: TxSession) -> list[tuple[str, Any]]:
+        return [sql.prepared(session, sql.BUMP_EPOCH)] if self.changed else []
 
-    def after_commit(self) -> None:
+    def after_commit(self, rows: list[list[Any]]) -> None:
         if not self.changed:
             return
+        self.new_epoch = rows[0][0][0]
         # Keep the view only if it was exact before and nobody else moved the epoch meanwhile.
         exact = (
             self.cluster is not None

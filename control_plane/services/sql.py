@@ -427,6 +427,13 @@ def command_session(session: Session) -> TxSession:
     return _tx(session)
 
 
+def prepared(session: Session, statement: Executable) -> tuple[str, Any]:
+    """The SQL text and DB-API parameters of a prebuilt statement without parameters, for the
+    session to run where it chooses (`TxSession.commit_with`)."""
+    _, text, values, _ = _prepare(session, statement, None)
+    return text, values
+
+
 def row(session: Session, statement: Executable, params: Mapping[str, Any]) -> dict | None:
     """The first row of a query as a dict of its columns, or None."""
     cursor = run(session, statement, params)

@@ -126,6 +126,10 @@ def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: Tri
     # Each placed allocation: its admission read (with its savepoint and the previous
     # command's writes); its inserts go with the next command's statement.
     assert four - one == 3
+    # What a batch pays once: BEGIN travels with the placement lock and the epoch read, and
+    # COMMIT with the epoch's bump and the last command's writes.
+    assert one == 2 + 1
     one_release, four_releases = release(first), release(more)
     # Each release: the allocation, its GPUs and the queue's tenants in one round trip.
     assert four_releases - one_release == 3
+    assert one_release == 2 + 1

@@ -1,0 +1,110 @@
+"""PostgreSQL write transactions send their own COMMIT: a COMMIT the database refuses runs the
+batch again command by command, and a failure after the database committed neither undoes nor
+repeats the batch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import event, func, select, text
+from sqlmodel import Session
+
+from control_plane.db.engine import Database
+from control_plane.db.models import AllocationRow, AssignmentRow
+from control_plane.schemas.allocations import AllocationCreate
+from control_plane.services import allocations
+from control_plane.services.writer import Command
+from tests.control_plane.conftest import Api
+from tests.support.pg import TempPostgres
+
+# A trigger checked at COMMIT (deferred) that refuses the first transaction to insert an
+# allocation. The sequence is outside transactions, so the refusal is spent even though the
+# refused transaction rolls back.
+_REFUSE_FIRST_COMMIT = [
+    "CREATE SEQUENCE commit_refusals",
+    """CREATE FUNCTION refuse_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF nextval('commit_refusals') = 1 THEN
+            RAISE EXCEPTION 'commit refused by the test trigger';
+        END IF;
+        RETURN NULL;
+    END $$""",
+    """CREATE CONSTRAINT TRIGGER refuse_first_commit AFTER INSERT ON allocation
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_first_commit()""",
+]
+
+
+@pytest.fixture
+def db_url(pg_server: TempPostgres | None) -> Iterator[str]:
+    if pg_server is None:
+        pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
+    name = pg_server.create_database(template=pg_server.template)  # type: ignore[attr-defined]
+    try:
+        yield pg_server.url(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+def _allocate(tenant_id: str):  # type: ignore[no-untyped-def]
+    body = AllocationCreate(gpu_count=1, use_holds=False)
+    return lambda session, now: allocations.create(session, tenant_id=tenant_id, body=body, now=now)
+
+
+def _counts(db: Database) -> tuple[int, int]:
+    with db.read() as session:
+        allocs = session.execute(select(func.count()).select_from(AllocationRow)).scalar_one()
+        active = session.execute(
+            select(func.count()).select_from(AssignmentRow).where(AssignmentRow.ended_at.is_(None))  # type: ignore[union-attr]
+        ).scalar_one()
+    return allocs, active
+
+
+def test_a_refused_commit_runs_the_batch_again_one_by_one(
+    api: Api, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+    with db.engine.begin() as connection:
+        for statement in _REFUSE_FIRST_COMMIT:
+            connection.execute(text(statement))
+    batch = [Command(use_case=_allocate(tenant_id)) for _ in range(3)]
+    with caplog.at_level(logging.WARNING):
+        api.writer.apply_batch(batch)
+    # The COMMIT itself failed (the trigger runs only there), and the writer went one by one.
+    assert any(
+        "group commit of 3 commands failed" in r.getMessage() and "commit refused" in r.getMessage()
+        for r in caplog.records
+    )
+    assert [c.answer.result()[0] for c in batch] == [201, 201, 201]
+    # Nothing of the refused transaction stayed: three allocations, each on its own GPU.
+    assert _counts(db) == (3, 3)
+
+
+def test_a_failure_after_the_commit_answers_the_batch_as_committed(
+    api: Api, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+    failures: list[int] = []
+
+    def fail_after_commit(session: Session) -> None:
+        # SQLAlchemy ends its transaction after the session's own COMMIT went through.
+        if not failures and not session.in_nested_transaction():
+            failures.append(1)
+            raise RuntimeError("failed after the commit")
+
+    batch = [Command(use_case=_allocate(tenant_id)) for _ in range(3)]
+    event.listen(Session, "before_commit", fail_after_commit)
+    try:
+        with caplog.at_level(logging.WARNING):
+            api.writer.apply_batch(batch)
+    finally:
+        event.remove(Session, "before_commit", fail_after_commit)
+    assert failures == [1]
+    assert [c.answer.result()[0] for c in batch] == [201, 201, 201]
+    # Committed once, not run again: no warning of a failed group commit, three allocations.
+    assert not any("group commit" in r.getMessage() for r in caplog.records)
+    assert any("after a commit" in r.getMessage() for r in caplog.records)
+    assert _counts(db) == (3, 3)
