@@ -1,15 +1,16 @@
 """Heartbeat ingestion: 1,250 simulated nodes x 8 GPUs of telemetry, and what it costs the
 allocation rate.
 
-    .venv/bin/python bench/heartbeat_ingest.py --runs 3
+    .venv/bin/python bench/heartbeat_ingest.py --runs 2 --pairs 4
 
 Registers 1,250 nodes (10,000 GPUs) on a SQLite server, then measures (1) the most
 heartbeats per second the server absorbs (wrk, each request a node's full telemetry), and
-(2) allocate+release throughput under wrk with no heartbeats, and again while a second wrk
-sends the target heartbeat rate (1,250 nodes every 5 s = 250/s), paced by a delay between
-each of its connections' requests. wrk, not a Python client, makes the load: a Python load
-generator would take a good part of one of the two cores and count as the heartbeats' cost.
-"""
+(2) allocate+release throughput under wrk in alternating windows: with no heartbeats, and
+while a second wrk sends the target heartbeat rate (1,250 nodes every 5 s = 250/s), paced by
+a random delay between each of its connections' requests. Each adjacent pair of windows gives
+one ratio; the median over all pairs is the figure. wrk, not a Python client, makes the load:
+a Python load generator would take a good part of one of the two cores and count as the
+heartbeats' cost."""
 
 from __future__ import annotations
 
@@ -158,6 +159,33 @@ def served_heartbeats(server: ServerProc) -> float:
     )
 
 
+def loaded_window(
+    server: ServerProc,
+    ids: list[str],
+    tokens: list[str],
+    key: str,
+    args: argparse.Namespace,
+    tmp: Path,
+) -> tuple[dict, float]:
+    """Allocate+release while PACED_CONNECTIONS connections send about `args.rate`
+    heartbeats/s (each connection's first wait is random too): the allocations are measured
+    once all of them are sending, and the heartbeat rate is the server's own count over the
+    same seconds."""
+    pacer = threading.Thread(
+        target=heartbeat_wrk,
+        args=(server.url, ids, tokens, RAMP_S + args.seconds + 2, tmp),
+        kwargs={"connections": PACED_CONNECTIONS, "delay_ms": 1000 * PACED_CONNECTIONS / args.rate},
+    )
+    pacer.start()
+    time.sleep(RAMP_S)
+    beats, started = served_heartbeats(server), time.monotonic()
+    busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
+    window = time.monotonic() - started
+    beats = served_heartbeats(server) - beats
+    pacer.join()
+    return busy, round(beats / window, 1)
+
+
 def one_run(args: argparse.Namespace, tmp: Path) -> dict:
     for f in tmp.glob("hb.db*"):
         f.unlink()
@@ -176,41 +204,34 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
         ids, tokens, key = register(server)
         hb = heartbeat_wrk(server.url, ids, tokens, args.seconds, tmp)
         run_wrk(server.url, key, seconds=2, connections=16, threads=1)  # warm-up
-        idle = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
-        # PACED_CONNECTIONS connections, each waiting so that together they send about
-        # `rate` per second (the answers' time, a few ms in each 2 s cycle, comes on top).
-        # Each connection's first wait is random too: the allocations are measured once all
-        # of them are sending, and the heartbeat rate is the server's own count over the same
-        # seconds.
-        paced: dict = {}
-        pacer = threading.Thread(
-            target=lambda: paced.update(
-                heartbeat_wrk(
-                    server.url,
-                    ids,
-                    tokens,
-                    RAMP_S + args.seconds + 2,
-                    tmp,
-                    connections=PACED_CONNECTIONS,
-                    delay_ms=1000 * PACED_CONNECTIONS / args.rate,
-                )
+        # Idle and loaded windows alternate in pairs, each pair's order flipped (idle-loaded,
+        # loaded-idle, ...), and each pair gives its own ratio: this machine's speed drifts by
+        # more than the effect between runs minutes apart, much less between adjacent windows.
+        pairs = []
+        for pair in range(args.pairs):
+            windows = {}
+            for loaded in (False, True) if pair % 2 == 0 else (True, False):
+                if loaded:
+                    windows["busy"], windows["beats_per_s"] = loaded_window(
+                        server, ids, tokens, key, args, tmp
+                    )
+                else:
+                    windows["idle"] = run_wrk(
+                        server.url, key, seconds=args.seconds, connections=16, threads=1
+                    )
+            pairs.append(
+                {
+                    "alloc_idle": windows["idle"]["allocations_per_s"],
+                    "alloc_busy": windows["busy"]["allocations_per_s"],
+                    "alloc_idle_p99_ms": windows["idle"]["p99_ms"],
+                    "alloc_busy_p99_ms": windows["busy"]["p99_ms"],
+                    "paced_heartbeats_per_s": windows["beats_per_s"],
+                }
             )
-        )
-        pacer.start()
-        time.sleep(RAMP_S)
-        beats, started = served_heartbeats(server), time.monotonic()
-        busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
-        window = time.monotonic() - started
-        beats = served_heartbeats(server) - beats
-        pacer.join()
         return {
             "heartbeats_per_s_max": hb["per_s"],
             "heartbeat_p99_ms": hb["p99_ms"],
-            "alloc_idle": idle["allocations_per_s"],
-            "alloc_busy": busy["allocations_per_s"],
-            "alloc_idle_p99_ms": idle["p99_ms"],
-            "alloc_busy_p99_ms": busy["p99_ms"],
-            "paced_heartbeats_per_s": round(beats / window, 1),
+            "pairs": pairs,
         }
     finally:
         server.stop()
@@ -218,26 +239,34 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument(
+        "--pairs", type=int, default=4, help="idle and loaded windows, in pairs, per server"
+    )
     parser.add_argument("--rate", type=float, default=NODES / 5.0, help="paced heartbeats/s")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-hb-"))
     runs = [one_run(args, tmp) for _ in range(args.runs)]
-    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    drop = 1 - med["alloc_busy"] / med["alloc_idle"] if med["alloc_idle"] else float("nan")
+    pairs = [p for r in runs for p in r["pairs"]]
+    drops = [1 - p["alloc_busy"] / p["alloc_idle"] for p in pairs]
+    med = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
+    hb_max = statistics.median(r["heartbeats_per_s_max"] for r in runs)
+    hb_p99 = statistics.median(r["heartbeat_p99_ms"] for r in runs)
     print(f"machine: {describe()}")
     print(
-        f"heartbeats absorbed: {med['heartbeats_per_s_max']:.0f}/s max (8 GPUs of telemetry "
-        f"each, p99 {med['heartbeat_p99_ms']:.1f} ms); target {NODES / 5:.0f}/s"
+        f"heartbeats absorbed: {hb_max:.0f}/s max (8 GPUs of telemetry each, p99 "
+        f"{hb_p99:.1f} ms); target {NODES / 5:.0f}/s"
     )
     print(
         f"allocate+release: {med['alloc_idle']:.0f}/s idle cluster (p99 "
         f"{med['alloc_idle_p99_ms']:.1f} ms), {med['alloc_busy']:.0f}/s with "
         f"{med['paced_heartbeats_per_s']:.0f} heartbeats/s (p99 {med['alloc_busy_p99_ms']:.1f} "
-        f"ms): {drop:.0%} lower; median of {args.runs} runs"
+        f"ms); lower by a median {statistics.median(drops):.1%} over {len(pairs)} adjacent "
+        f"pairs of windows ({args.runs} servers x {args.pairs})"
     )
-    print("runs:", json.dumps([{k: round(v, 1) for k, v in r.items()} for r in runs]))
+    print("drops by pair:", ", ".join(f"{d:.1%}" for d in drops))
+    print("runs:", json.dumps(runs, default=lambda v: round(v, 1)))
 
 
 if __name__ == "__main__":
