@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Dialect
@@ -21,6 +21,43 @@ class EpochCache:
 
     def forget(self) -> None:
         self.epoch, self.value = None, None
+
+
+@dataclass
+class BatchAdmissions:
+    """Tenants' admission reads (`hotpath.admission_of`) that later commands of one writer
+    batch reuse instead of reading again (a round trip each on PostgreSQL). Exact while only
+    commands whose effect on them is known run: an allocation placed at once adds its GPUs to
+    its tenant's running ones, a release that serves nobody from the queue takes them off.
+    Such a command says so (`kept`); after any other command, or one that failed, the writer
+    drops them all. The batch holds the placement lock (PostgreSQL) or the write lock
+    (SQLite), so no other writer changes what a tenant runs or queues meanwhile."""
+
+    # Tenant id -> (its row, requests waiting, online GPUs running, batch GPUs running).
+    tenants: dict[str, tuple[dict[str, Any], int, int, int]] = field(default_factory=dict)
+    # (tenant id, hold shape) -> whether a hold of that shape may serve a request.
+    claimable: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    kept: bool = False
+
+    def start_command(self) -> None:
+        self.kept = False
+
+    def end_command(self, *, ok: bool) -> None:
+        """After a command: keep the reads only if it succeeded and kept them exact."""
+        if not (ok and self.kept):
+            self.tenants.clear()
+            self.claimable.clear()
+
+    def add_running(self, tenant_id: str, *, online: bool, gpus: int) -> None:
+        """The tenant runs `gpus` more (fewer, if negative) GPUs of one class."""
+        state = self.tenants.get(tenant_id)
+        if state is not None:
+            row, queued, online_gpus, batch_gpus = state
+            if online:
+                online_gpus += gpus
+            else:
+                batch_gpus += gpus
+            self.tenants[tenant_id] = (row, queued, online_gpus, batch_gpus)
 
 
 class TransactionNotes(Protocol):
@@ -69,6 +106,8 @@ class TxSession(Session):
         # autocommit mode), so that each travels with other statements; True once the
         # database has committed, whatever fails after.
         self.committed = False
+        # Set by the group-commit writer for its batches only (None elsewhere).
+        self.admissions: BatchAdmissions | None = None
 
     def raw(self) -> tuple[Dialect, Any]:
         """The dialect and DB-API connection of this transaction, found once per transaction

@@ -110,6 +110,7 @@ def create(
         uuids = granting.apply(session, alloc, choice, now=now, queued=False)
         return 201, allocation_view(session, alloc, gpus=cluster.describe(uuids))
     uuids = hotpath.insert_placed(session, values, gpus, now=now)
+    hotpath.running_changed(session, values, gpus=values.gpu_count)
     return 201, allocation_view(session, values, gpus=cluster.describe(uuids))  # type: ignore[arg-type]
 
 

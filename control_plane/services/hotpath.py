@@ -15,10 +15,11 @@ from typing import Any
 
 from sqlmodel import Session
 
+from control_plane.db.session import TxSession
 from control_plane.scheduling.quotas import TenantUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import Allocation, AllocationCreate
-from control_plane.schemas.enums import AllocationStatus, TaskStatus
+from control_plane.schemas.enums import AllocationStatus, JobClass, TaskStatus
 from control_plane.schemas.nodes import TaskReport
 from control_plane.services import events, granting, lifecycle, placing, sql
 from control_plane.services.errors import NotFound
@@ -35,9 +36,17 @@ def admission_of(
 ) -> tuple[SimpleNamespace, int, TenantUsage, bool]:
     """The tenant's row, how many of its requests wait, the GPUs it runs, and whether a hold
     of the request's shape may serve it (only when the request uses holds): one statement."""
+    count = body.gpu_count if body.use_holds else None
+    shape = (tenant_id, count, body.gpu_model, body.warmup)
+    # An earlier command of the same writer batch may have read this tenant already.
+    batch = session.admissions if isinstance(session, TxSession) else None
+    if batch is not None and tenant_id in batch.tenants and shape in batch.claimable:
+        known, queued, online, batch_gpus = batch.tenants[tenant_id]
+        usage = TenantUsage(online_gpus=online, batch_gpus=batch_gpus)
+        return SimpleNamespace(**known), queued, usage, batch.claimable[shape]
     params = {
         "id": tenant_id,
-        "count": body.gpu_count if body.use_holds else None,
+        "count": count,
         "now": now,
         "model": body.gpu_model,
         "warmup": body.warmup,
@@ -50,7 +59,20 @@ def admission_of(
         online_gpus=int(row.pop("online_gpus")), batch_gpus=int(row.pop("batch_gpus"))
     )
     claimable = bool(row.pop("claimable"))
+    if batch is not None:
+        batch.tenants[tenant_id] = (row, queued, usage.online_gpus, usage.batch_gpus)
+        batch.claimable[shape] = claimable
     return SimpleNamespace(**row), queued, usage, claimable
+
+
+def running_changed(session: Session, alloc: SimpleNamespace, *, gpus: int) -> None:
+    """The command's whole effect on admission was that the allocation's tenant runs `gpus`
+    more (or fewer) GPUs of its class: the batch's admission reads stay exact."""
+    batch = session.admissions if isinstance(session, TxSession) else None
+    if batch is not None:
+        online = alloc.job_class == JobClass.ONLINE.value
+        batch.add_running(alloc.tenant_id, online=online, gpus=gpus)
+        batch.kept = True
 
 
 def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:
@@ -204,10 +226,14 @@ def _released(
         gpu_s = alloc.gpu_count * (now - alloc.allocated_at)
         lifecycle.charge_usage(session, alloc.tenant_id, gpu_s, now)
     if shares is None:
-        granting.schedule_pending(session, now=now)
+        served = granting.schedule_pending(session, now=now)
     else:
         # Read before the charge above: the queue's order counts it in.
-        granting.schedule_pending(session, now=now, shares=shares, charged=(alloc.tenant_id, gpu_s))
+        served = granting.schedule_pending(
+            session, now=now, shares=shares, charged=(alloc.tenant_id, gpu_s)
+        )
+    if not served:
+        running_changed(session, alloc, gpus=-alloc.gpu_count)
     gpus = placing.load_cluster(session).describe(freed)
     return allocation_view(session, alloc, gpus=gpus)  # type: ignore[arg-type]
 

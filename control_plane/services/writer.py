@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlmodel import Session
 
 from control_plane.db.engine import Database, WriteWouldWait
-from control_plane.db.session import TxSession
+from control_plane.db.session import BatchAdmissions, TxSession
 from control_plane.services import idempotency, placing, sql
 from control_plane.services.idempotency import UseCase
 
@@ -288,6 +288,14 @@ class GroupWriter:
         """
         session.flush()
         tx = sql.command_session(session)
+        if tx.admissions is None:
+            tx.admissions = BatchAdmissions()
+        tx.admissions.start_command()
+        result = self._apply_in(session, tx, command)
+        tx.admissions.end_command(ok=not isinstance(result, BaseException | _Alone))
+        return result
+
+    def _apply_in(self, session: Session, tx: TxSession, command: Command) -> _Result:
         if tx.pipelines:
             return self._apply_pipelined(session, tx, command)
         sql.savepoint(session, "SAVEPOINT")

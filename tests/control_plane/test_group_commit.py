@@ -288,3 +288,55 @@ def test_a_command_refused_after_it_wrote_leaves_nothing(api: Api, db: Database)
     with pytest.raises(NotFound):
         batch[1].answer.result()
     assert _counts(db) == (2, 2)
+
+
+def test_a_batch_counts_what_its_earlier_commands_placed_against_the_quota(
+    api: Api, db: Database
+) -> None:
+    # Later allocations of a batch reuse the tenant's admission read of the first: the GPUs
+    # placed before them must count, or the batch would run past the quota.
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=2, burst_gpus=0)
+    batch = [Command(use_case=_allocate(tenant_id)) for _ in range(4)]
+    _writer(api).apply_batch(batch)
+    assert [c.answer.result()[0] for c in batch] == [201, 201, 202, 202]
+    # A release in the batch takes its GPU off the count: the allocation after it runs.
+    other, _ = api.tenant("team-b", quota=1, burst_gpus=0)
+    taken = Command(use_case=_allocate(other))
+    _writer(api).apply_batch([taken])
+    taken_id = json.loads(taken.answer.result()[1])["id"]
+
+    def release(session: Session, now: float):  # type: ignore[no-untyped-def]
+        return 200, allocations.release(session, tenant_id=other, allocation_id=taken_id, now=now)
+
+    # The first allocation waits (the quota of one is taken); the release serves it from
+    # the queue; the last must then wait too.
+    more = [Command(use_case=_allocate(other)), Command(use_case=release)]
+    more.append(Command(use_case=_allocate(other)))
+    _writer(api).apply_batch(more)
+    assert [c.answer.result()[0] for c in more] == [202, 200, 202]
+    # With nothing waiting, a release keeps the batch's read exact: after it, the tenant
+    # runs one GPU fewer, which the next allocation's reused read counts.
+    third, _ = api.tenant("team-c", quota=2, burst_gpus=0)
+    placed = Command(use_case=_allocate(third))
+    _writer(api).apply_batch([placed])
+    placed_id = json.loads(placed.answer.result()[1])["id"]
+
+    def release_third(session: Session, now: float):  # type: ignore[no-untyped-def]
+        return 200, allocations.release(session, tenant_id=third, allocation_id=placed_id, now=now)
+
+    last = [
+        Command(use_case=_allocate(third)),  # read: one running, so two now
+        Command(use_case=release_third),  # one
+        Command(use_case=_allocate(third)),  # two again
+        Command(use_case=_allocate(third)),  # waits
+    ]
+    _writer(api).apply_batch(last)
+    assert [c.answer.result()[0] for c in last] == [201, 200, 201, 202]
+    with db.read() as session:
+        running = session.execute(
+            select(AllocationRow.tenant_id, func.sum(AllocationRow.gpu_count))
+            .where(AllocationRow.status == "allocated")
+            .group_by(AllocationRow.tenant_id)
+        ).all()
+    assert dict(running) == {tenant_id: 2, other: 1, third: 2}

@@ -123,9 +123,10 @@ def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: Tri
         release(allocate(4)[1])
     one, first = allocate(1)
     four, more = allocate(4)
-    # Each placed allocation: its admission read (with its savepoint and the previous
-    # command's writes); its inserts go with the next command's statement.
-    assert four - one == 3
+    # A placed allocation's inserts go with the next statement. Its tenant's admission is
+    # read by the batch's first allocation of that tenant only: the three after it reuse it,
+    # with the GPUs placed before them counted in (`BatchAdmissions`).
+    assert four == one
     # What a batch pays once: BEGIN travels with the placement lock and the epoch read, and
     # COMMIT with the epoch's bump and the last command's writes.
     assert one == 2 + 1
@@ -133,3 +134,37 @@ def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: Tri
     # Each release: the allocation, its GPUs and the queue's tenants in one round trip.
     assert four_releases - one_release == 3
     assert one_release == 2 + 1
+
+
+def test_each_tenant_of_a_batch_is_read_once_and_a_release_keeps_the_reads(
+    api: Api, counter: TripCounter
+) -> None:
+    api.node("n1", gpus=16)
+    first, _ = api.tenant("team-a", quota=8)
+    second, _ = api.tenant("team-b", quota=8)
+    writer = api.writer
+    for _ in range(2):  # past psycopg's prepare threshold, as above
+        batch = [Command(use_case=_allocate(t)) for t in (first, second) for _ in range(3)]
+        _trips(counter, writer, batch)
+        ids = [
+            (t, c.answer.result()[1].split('"id":"')[1].split('"')[0])
+            for t, c in zip([first] * 3 + [second] * 3, batch, strict=True)
+        ]
+        _trips(counter, writer, [Command(use_case=_release(t, i)) for t, i in ids])
+    # Two tenants, three allocations each: one admission read per tenant.
+    two_tenants = _trips(
+        counter, writer, [Command(use_case=_allocate(t)) for t in (first, second) for _ in range(3)]
+    )
+    assert two_tenants == 2 + 2
+    # An allocation, a release that serves nobody from the queue, an allocation: the second
+    # allocation reuses the first's read (the release took its GPU off), so the batch waits
+    # for the first read and the release only.
+    alloc = Command(use_case=_allocate(first))
+    _trips(counter, writer, [alloc])
+    alloc_id = alloc.answer.result()[1].split('"id":"')[1].split('"')[0]
+    mixed = [
+        Command(use_case=_allocate(first)),
+        Command(use_case=_release(first, alloc_id)),
+        Command(use_case=_allocate(first)),
+    ]
+    assert _trips(counter, writer, mixed) == 2 + 2
