@@ -375,12 +375,21 @@ class Database:
                 session.notes.after_rollback()
             raise
         if session.notes is not None:
-            session.notes.after_commit(rows)
+            try:
+                session.notes.after_commit(rows)
+            except Exception:
+                # Committed: the caller must hear so (the writer would run its batch again).
+                log.exception("after a commit, settling the transaction's notes")
+                session.view_cache.forget()
 
     def _publish(self, touched: set[str]) -> None:
         if touched:
             for hook in list(self._commit_hooks):
-                hook(touched)
+                try:
+                    hook(touched)
+                except Exception:
+                    # After the commit: a hook's failure must not read as the write's.
+                    log.exception("a commit hook failed")
 
     @contextmanager
     def _on_loop_connection(self, role: str, would_wait: type[Exception]) -> Iterator[None]:

@@ -162,16 +162,20 @@ class TxSession(Session):
                     _execute(cursor, text, params, False)
                     out.append((_names(cursor), _rows(cursor)))
                 return out
-            with dbapi_connection.pipeline():
-                self._send_deferred(dbapi_connection)
-                for cursor, (text, params) in zip(cursors, statements, strict=True):
-                    _execute(cursor, text, params, False)
-            for cursor, (text, _) in zip(cursors, statements, strict=True):
-                if cursor.rowcount and not text.startswith("SELECT"):
-                    self.command_changes += 1
+            self._pipeline(dbapi_connection, cursors, statements)
             return [(_names(c), _rows(c)) for c in cursors]
         except dialect.loaded_dbapi.Error as exc:
             raise as_sqlalchemy_error(dialect, statements[0][0], None, exc) from exc
+
+    def _pipeline(self, dbapi_connection: Any, cursors: list[Any], statements: list[Any]) -> None:
+        """The deferred writes, then `statements` on `cursors`, in one round trip."""
+        with dbapi_connection.pipeline():
+            self._send_deferred(dbapi_connection)
+            for cursor, (text, params) in zip(cursors, statements, strict=True):
+                _execute(cursor, text, params, False)
+        for cursor, (text, _) in zip(cursors, statements, strict=True):
+            if cursor.rowcount and not text.startswith("SELECT"):
+                self.command_changes += 1
 
     def start(self) -> None:
         """Begin the transaction. On SQLite, take the connection (and the write lock) now. On
@@ -189,9 +193,22 @@ class TxSession(Session):
         after this, as SQLAlchemy does."""
         if not self._pipelines:
             return [rows for _, rows in self.run_raw_together(statements)] if statements else []
-        out = self.run_raw_together([*statements, ("COMMIT", None)])
+        dialect, dbapi_connection = self.raw()
+        statements = [*statements, ("COMMIT", None)]
+        cursors = [dbapi_connection.cursor() for _ in statements]
+        try:
+            self._pipeline(dbapi_connection, cursors, statements)
+            # PostgreSQL answers COMMIT in a failed transaction with ROLLBACK, not an error:
+            # only COMMIT's own answer says that the changes stand.
+            if cursors[-1].statusmessage != "COMMIT":
+                raise dialect.loaded_dbapi.OperationalError(
+                    f"the transaction was rolled back ({cursors[-1].statusmessage})"
+                )
+            rows = [_rows(c) for c in cursors[:-1]]
+        except dialect.loaded_dbapi.Error as exc:
+            raise as_sqlalchemy_error(dialect, "COMMIT", None, exc) from exc
         self.committed = True
-        return [rows for _, rows in out[:-1]]
+        return rows
 
     def defer_raw(self, text: str, params: Any, *, many: bool = False) -> None:
         """A write whose result nobody reads: with PostgreSQL it is sent with the next

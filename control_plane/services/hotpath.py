@@ -31,6 +31,10 @@ RELEASED = AllocationStatus.RELEASED.value
 FINAL_TASK = (TaskStatus.EXITED, TaskStatus.FAILED, TaskStatus.STOPPED)
 
 
+# A tenant's columns a release changes (its usage charge): left out of a batch's reused read.
+_CHARGED = ("usage_gpu_s", "usage_at")
+
+
 def admission_of(
     session: Session, tenant_id: str, body: AllocationCreate, now: float
 ) -> tuple[SimpleNamespace, int, TenantUsage, bool]:
@@ -60,7 +64,10 @@ def admission_of(
     )
     claimable = bool(row.pop("claimable"))
     if batch is not None:
-        batch.tenants[tenant_id] = (row, queued, usage.online_gpus, usage.batch_gpus)
+        # Not the usage charged so far, which a release in the batch changes: only what the
+        # batch keeps exact is reused (a reader of it would fail, not read a stale value).
+        kept = {k: v for k, v in row.items() if k not in _CHARGED}
+        batch.tenants[tenant_id] = (kept, queued, usage.online_gpus, usage.batch_gpus)
         batch.claimable[shape] = claimable
     return SimpleNamespace(**row), queued, usage, claimable
 

@@ -60,7 +60,9 @@ def get_tenant(db: Database, *, tenant_id: str) -> Tenant:
 
 
 def update_tenant(db: Database, *, tenant_id: str, body: TenantUpdate) -> Tenant:
-    with db.write() as session:
+    # With the placement lock on PostgreSQL: a new quota waits for the writer's batch in
+    # progress, which may reuse the tenant's read (`BatchAdmissions`), and applies to the next.
+    with db.write(placement=True) as session:
         row = ensure_tenant(session, tenant_id)
         for name, value in body.model_dump(exclude_none=True).items():
             setattr(row, name, value)

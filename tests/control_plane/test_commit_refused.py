@@ -1,20 +1,23 @@
 """PostgreSQL write transactions send their own COMMIT: a COMMIT the database refuses runs the
 batch again command by command, and a failure after the database committed neither undoes nor
-repeats the batch."""
+repeats the batch. A tenant's new limits wait for the batch in progress, which may reuse the
+tenant's read."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import event, func, select, text
 from sqlmodel import Session
 
-from control_plane.db.engine import Database
+from control_plane.db.engine import PLACEMENT_LOCK_KEY, Database
 from control_plane.db.models import AllocationRow, AssignmentRow
 from control_plane.schemas.allocations import AllocationCreate
-from control_plane.services import allocations
+from control_plane.schemas.tenants import TenantUpdate
+from control_plane.services import allocations, tenants
 from control_plane.services.writer import Command
 from tests.control_plane.conftest import Api
 from tests.support.pg import TempPostgres
@@ -108,3 +111,23 @@ def test_a_failure_after_the_commit_answers_the_batch_as_committed(
     assert not any("group commit" in r.getMessage() for r in caplog.records)
     assert any("after a commit" in r.getMessage() for r in caplog.records)
     assert _counts(db) == (3, 3)
+
+
+def test_a_quota_change_waits_for_the_batch_in_progress(api: Api, db: Database) -> None:
+    tenant_id, _ = api.tenant(quota=8)
+    done = threading.Event()
+    # A batch in progress holds the placement lock for its whole transaction.
+    with db.engine.connect() as batch:
+        batch.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PLACEMENT_LOCK_KEY})
+
+        def change() -> None:
+            tenants.update_tenant(db, tenant_id=tenant_id, body=TenantUpdate(quota_gpus=2))
+            done.set()
+
+        worker = threading.Thread(target=change)
+        worker.start()
+        assert not done.wait(0.5)  # a bounded wait for something that must not happen
+        batch.rollback()  # the batch ends
+    assert done.wait(10)
+    worker.join()
+    assert tenants.get_tenant(db, tenant_id=tenant_id).quota_gpus == 2

@@ -340,3 +340,25 @@ def test_a_batch_counts_what_its_earlier_commands_placed_against_the_quota(
             .group_by(AllocationRow.tenant_id)
         ).all()
     assert dict(running) == {tenant_id: 2, other: 1, third: 2}
+
+
+def test_a_commit_hook_that_fails_does_not_undo_or_repeat_the_batch(
+    api: Api, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.node("n1", gpus=8)
+    tenant_id, _ = api.tenant(quota=8)
+
+    def broken_hook(touched: set[str]) -> None:
+        raise RuntimeError("hook failed")
+
+    unhook = db.on_commit(broken_hook)
+    try:
+        batch = [Command(use_case=_allocate(tenant_id)) for _ in range(3)]
+        _writer(api).apply_batch(batch)
+    finally:
+        unhook()
+    # Committed once and answered: the hook's failure is logged, not taken for the batch's.
+    assert [c.answer.result()[0] for c in batch] == [201, 201, 201]
+    assert _counts(db) == (3, 3)
+    assert any("commit hook failed" in r.getMessage() for r in caplog.records)
+    assert not any("group commit" in r.getMessage() for r in caplog.records)
