@@ -31,7 +31,8 @@ class BatchAdmissions:
     its tenant's running ones, a release that serves nobody from the queue takes them off.
     Such a command says so (`kept`); after any other command, or one that failed, the writer
     drops them all. The batch holds the placement lock (PostgreSQL) or the write lock
-    (SQLite), so no other writer changes what a tenant runs or queues meanwhile."""
+    (SQLite), so no other writer changes what a tenant runs or queues meanwhile, nor its
+    limits (`tenants.update_tenant` takes the same lock)."""
 
     # Tenant id -> (its row, requests waiting, online GPUs running, batch GPUs running).
     tenants: dict[str, tuple[dict[str, Any], int, int, int]] = field(default_factory=dict)
