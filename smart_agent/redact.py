@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from predictors.types import Event
-from smart_agent.redact_rules import PROVIDERS, extra_rules, late_rules
+from smart_agent.redact_rules import PROVIDERS, THEN, extra_rules, late_rules
 
 EXCERPT_CHARS = 200
 # Text longer than this is cut before redaction, and the last TAIL_GUARD characters of the
@@ -29,6 +29,13 @@ _Q = r"(?:\\?[\"'])?"  # an optional quote, maybe escaped (JSON inside a JSON st
 _KEY_WORDS = (
     r"password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
     r"|private[_-]?key|client[_-]?secret|credentials?|auth"
+)
+
+
+# A key's value: an escaped-quoted, double- or single-quoted string, or a bare word.
+_VALUE = (
+    r"(?:\\\"(?:[^\"\\]|\\[^\"])*(?:\\\"|\"|$)|\"[^\"]*(?:\"|$)|'[^']*(?:'|$)"
+    r"|[^\s\"',;&)}\]]+)"
 )
 
 
@@ -104,15 +111,17 @@ BUILTIN: tuple[tuple, ...] = (
         "secret",
         r"(?i)(?P<key>\b(?:[A-Za-z0-9]{1,30}[_.-]){0,4}(?:" + _KEY_WORDS + r")\b" + _Q + r")"
         r"(?P<sep>\s*(?:[:=]|=>)\s*|\s+(?=\\?[\"']))(?!\[REDACTED:)"
-        r"(?:\\\"(?:[^\"\\]|\\[^\"])*(?:\\\"|\"|$)|\"[^\"]*(?:\"|$)|'[^']*(?:'|$)"
-        r"|[^\s\"',;&)}\]]+)",
+        # A value that is itself followed by a separator was a key ('PWD "api_key": "s3cr"'):
+        # the values after it go too, or the key word it held would be gone before the scan
+        # reached it.
+         + _VALUE + r"(?:\s*(?:[:=]|=>)\s*" + _VALUE + r")*",
         _key_value,
         0,
     ),
     (
         "secret",
         r"(?i)(?P<key>--(?:[A-Za-z0-9]{1,20}[_-]){0,3}(?:" + _KEY_WORDS + r")(?!iz)[A-Za-z0-9_-]*)"
-        r"(?P<sep>[= ])(?!\[REDACTED:)[^\s]+",
+        r"(?P<sep>[= ])(?!\[REDACTED:)(?:(?!(?<![A-Za-z0-9_])--)\S)+" + THEN,
         _key_value,
         0,
     ),

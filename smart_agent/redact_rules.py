@@ -56,6 +56,10 @@ PROVIDERS: tuple[tuple[str, str], ...] = (
 )
 
 _SECRET_WORD = r"(?:key|token|secret|password|passwd|pass|pwd|pw|credentials?|apikey|auth)"
+# After a one-token value: a token that ends in a separator was a key ('TOKEN "api_key": "s"'),
+# so the token after it goes too, or the key word it held would be gone before the scan
+# reached it.
+THEN = r"(?:(?<=[:=])\s*[^\s;&|]+)*"
 
 # Secrets after a name that says so: flags, variables, tools' password options, SAS URLs.
 CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
@@ -63,7 +67,8 @@ CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     (
         "secret",
         r"(?i)(?P<key>--(?:[A-Za-z0-9]+[_-]){0,4}" + _SECRET_WORD + r")(?P<sep>[= ]\s*)"
-        r"(?!\[REDACTED:)(?!-)[^\s]+",
+        r"(?!\[REDACTED:)(?!-)(?:(?!(?<![A-Za-z0-9_])--)\S)+"
+        + THEN,  # a value stops where a flag begins
         _value(),
         ("--",),
     ),
@@ -71,7 +76,7 @@ CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     (
         "secret",
         r"(?P<key>\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS))"
-        r"(?P<sep>\s*=\s*|\s+(?=\S))(?!\[REDACTED:)(?!-)[^\s;&|]+",
+        r"(?P<sep>\s*=\s*|\s+(?=\S))(?!\[REDACTED:)(?!-)[^\s;&|]+" + THEN,
         _value(),
         ("key", "token", "secret", "pass", "pwd", "credentials"),
     ),
@@ -79,7 +84,8 @@ CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     (
         "secret",
         r"(?P<key>\b(?:wandb|huggingface-cli|hf|gh|npm|heroku)\s+(?:auth\s+)?login"
-        r"(?:\s+--(?:relogin|host[= ]\S+|cloud|verify))*)(?P<sep>\s+)(?!--?\w)(?!\[REDACTED:)\S+",
+        r"(?:\s+--(?:relogin|host[= ]\S+|cloud|verify))*)(?P<sep>\s+)(?!--?\w)(?!\[REDACTED:)\S+"
+        + THEN,
         _value(),
         ("login",),
     ),
@@ -87,7 +93,7 @@ CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     (
         "secret",
         r"(?P<key>\b(?:sshpass|mysql|mysqldump|mariadb|docker\s+login|podman\s+login)\b"
-        r"[^|;&\n]*?\s-p)(?P<sep>\s*)(?!\[REDACTED:)[^\s;&|]+",
+        r"[^|;&\n]*?\s-p)(?P<sep>\s*)(?!\[REDACTED:)[^\s;&|]+" + THEN,
         _value(),
         ("sshpass", "mysql", "mariadb", "login"),
     ),
@@ -121,7 +127,7 @@ CONTEXT: tuple[tuple[str, str, object, tuple[str, ...]], ...] = (
     # key = "..." in config dumps, private_key_id and the like (the base rule needs a word)
     (
         "secret",
-        r"(?P<key>\bpassword\s*:\s*)(?P<sep>)(?!\[REDACTED:)\S+",
+        r"(?P<key>\bpassword\s*:\s*)(?P<sep>)(?!\[REDACTED:)\S+" + THEN,
         _value(),
         ("password",),
     ),

@@ -13,6 +13,14 @@ from smart_agent.redact import EXCERPT_CHARS, REDACT_WINDOW, PrivateKeyGuard, Re
 R = Redactor()
 
 EXAMPLES = [
+    # A key word right before a quoted key: the quoted key was taken for the first's value,
+    # and the secret after it survived (found by the property test below).
+    ('PWD "api_key": "Zq800000000000000000"', "Zq8000"),
+    ('password: "api_key": "Zq800000000000000000", other: 1', "Zq8000"),
+    ('ATOKEN "api_key": "Zq800000000000000000"', "Zq8000"),
+    ('wandb login "api_key": "Zq800000000000000000"', "Zq8000"),
+    ("--PASS [--hf-token Zq800000000000000000", "Zq8000"),
+    ("--hub-token=hf_abc--xyzSECRET ok", "xyzSECRET"),
     ("key sk-proj-abcDEF1234567890abcdefghijklmnop", "abcDEF1234567890"),
     ("ANTHROPIC_API_KEY sk-ant-api03-Xy9_abcdefghijklmnopqrstuv", "Xy9_abc"),
     ("id AKIAIOSFODNN7EXAMPLE here", "IOSFODNN7EXAMPLE"),
