@@ -37,6 +37,9 @@ _VALUE = (
     r"(?:\\\"(?:[^\"\\]|\\[^\"])*(?:\\\"|\"|$)|\"[^\"]*(?:\"|$)|'[^']*(?:'|$)"
     r"|[^\s\"',;&)}\]]+)"
 )
+# A value that is itself followed by a separator was a key ('PWD "api_key": "s3cr"'): the
+# values after it go too, or the key word it held would be gone before the scan reached it.
+_VALUES = _VALUE + r"(?:\s*(?:[:=]|=>)\s*" + _VALUE + r")*"
 
 
 def _mark(kind: str) -> str:
@@ -110,11 +113,7 @@ BUILTIN: tuple[tuple, ...] = (
     (
         "secret",
         r"(?i)(?P<key>\b(?:[A-Za-z0-9]{1,30}[_.-]){0,4}(?:" + _KEY_WORDS + r")\b" + _Q + r")"
-        r"(?P<sep>\s*(?:[:=]|=>)\s*|\s+(?=\\?[\"']))(?!\[REDACTED:)"
-        # A value that is itself followed by a separator was a key ('PWD "api_key": "s3cr"'):
-        # the values after it go too, or the key word it held would be gone before the scan
-        # reached it.
-         + _VALUE + r"(?:\s*(?:[:=]|=>)\s*" + _VALUE + r")*",
+        r"(?P<sep>\s*(?:[:=]|=>)\s*|\s+(?=\\?[\"']))(?!\[REDACTED:)" + _VALUES,
         _key_value,
         0,
     ),

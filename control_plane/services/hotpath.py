@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from control_plane.db.session import TxSession
+from control_plane.db.session import BatchAdmissions, TxSession
 from control_plane.scheduling.quotas import TenantUsage
 from control_plane.scheduling.transitions import check_transition
 from control_plane.schemas.allocations import Allocation, AllocationCreate
@@ -43,7 +43,7 @@ def admission_of(
     count = body.gpu_count if body.use_holds else None
     shape = (tenant_id, count, body.gpu_model, body.warmup)
     # An earlier command of the same writer batch may have read this tenant already.
-    batch = session.admissions if isinstance(session, TxSession) else None
+    batch = _batch_reads(session)
     if batch is not None and tenant_id in batch.tenants and shape in batch.claimable:
         known, queued, online, batch_gpus = batch.tenants[tenant_id]
         usage = TenantUsage(online_gpus=online, batch_gpus=batch_gpus)
@@ -75,11 +75,16 @@ def admission_of(
 def running_changed(session: Session, alloc: SimpleNamespace, *, gpus: int) -> None:
     """The command's whole effect on admission was that the allocation's tenant runs `gpus`
     more (or fewer) GPUs of its class: the batch's admission reads stay exact."""
-    batch = session.admissions if isinstance(session, TxSession) else None
+    batch = _batch_reads(session)
     if batch is not None:
         online = alloc.job_class == JobClass.ONLINE.value
         batch.add_running(alloc.tenant_id, online=online, gpus=gpus)
         batch.kept = True
+
+
+def _batch_reads(session: Session) -> BatchAdmissions | None:
+    """The writer batch's admission reads; None outside a writer batch."""
+    return session.admissions if isinstance(session, TxSession) else None
 
 
 def new_allocation(tenant_id: str, body: AllocationCreate, now: float) -> SimpleNamespace:

@@ -274,7 +274,19 @@ class GroupWriter:
 
     def _apply_one(self, session: Session, command: Command) -> _Result:
         """One command of the batch: its answer, or the exception it raised with its changes
-        undone.
+        undone. The batch's admission reads (`BatchAdmissions`) outlive it only if it
+        succeeded and kept them exact."""
+        session.flush()
+        tx = sql.command_session(session)
+        if tx.admissions is None:
+            tx.admissions = BatchAdmissions()
+        tx.admissions.start_command()
+        result = self._apply_in(session, tx, command)
+        tx.admissions.end_command(ok=not isinstance(result, BaseException | _Alone))
+        return result
+
+    def _apply_in(self, session: Session, tx: TxSession, command: Command) -> _Result:
+        """The command itself.
 
         On SQLite each command runs in a SAVEPOINT, taken on the connection, not through the
         ORM's nested transaction, whose bookkeeping cost more than the command's own
@@ -286,16 +298,6 @@ class GroupWriter:
         On PostgreSQL a savepoint and its release were two of a command's seven statements,
         so a command has none (`_apply_pipelined`).
         """
-        session.flush()
-        tx = sql.command_session(session)
-        if tx.admissions is None:
-            tx.admissions = BatchAdmissions()
-        tx.admissions.start_command()
-        result = self._apply_in(session, tx, command)
-        tx.admissions.end_command(ok=not isinstance(result, BaseException | _Alone))
-        return result
-
-    def _apply_in(self, session: Session, tx: TxSession, command: Command) -> _Result:
         if tx.pipelines:
             return self._apply_pipelined(session, tx, command)
         sql.savepoint(session, "SAVEPOINT")

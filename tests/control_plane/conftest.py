@@ -7,10 +7,15 @@ from dataclasses import dataclass
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
 from control_plane.api.app import create_app
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
+from control_plane.db.models import AllocationRow, AssignmentRow
+from control_plane.schemas.allocations import AllocationCreate
+from control_plane.services import allocations
+from control_plane.services.idempotency import UseCase
 from control_plane.services.writer import GroupWriter
 from tests.conftest import ADMIN_TOKEN, FakeClock
 
@@ -77,6 +82,33 @@ class Api:
         r = self.http.put(f"/v1/policies/{tenant_id}", json=body, headers=ADMIN)
         assert r.status_code == 200, r.text
         return r.json()
+
+
+# Use cases for tests that drive the writer (`GroupWriter.apply_batch`) directly.
+
+
+def allocate(tenant_id: str, gpus: int = 1) -> UseCase:
+    """The use case of `POST /v1/allocations` for `gpus` GPUs, holds not used."""
+    body = AllocationCreate(gpu_count=gpus, use_holds=False)
+    return lambda session, now: allocations.create(session, tenant_id=tenant_id, body=body, now=now)
+
+
+def release(tenant_id: str, allocation_id: str) -> UseCase:
+    """The use case of `DELETE /v1/allocations/{id}`."""
+    return lambda session, now: (
+        200,
+        allocations.release(session, tenant_id=tenant_id, allocation_id=allocation_id, now=now),
+    )
+
+
+def counts(db: Database) -> tuple[int, int]:
+    """Allocations ever made, and GPU assignments active now."""
+    with db.read() as session:
+        allocs = session.execute(select(func.count()).select_from(AllocationRow)).scalar_one()
+        active = session.execute(
+            select(func.count()).select_from(AssignmentRow).where(AssignmentRow.ended_at.is_(None))  # type: ignore[union-attr]
+        ).scalar_one()
+    return allocs, active
 
 
 @pytest.fixture

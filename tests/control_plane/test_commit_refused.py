@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event, text
 from sqlmodel import Session
 
 from control_plane.db.engine import PLACEMENT_LOCK_KEY, Database
-from control_plane.db.models import AllocationRow, AssignmentRow
-from control_plane.schemas.allocations import AllocationCreate
 from control_plane.schemas.tenants import TenantUpdate
-from control_plane.services import allocations, tenants
+from control_plane.services import tenants
 from control_plane.services.writer import Command
-from tests.control_plane.conftest import Api
-from tests.support.pg import TempPostgres
+from tests.control_plane.conftest import Api, allocate, counts
 
 # A trigger checked at COMMIT (deferred) that refuses the first transaction to insert an
 # allocation. The sequence is outside transactions, so the refusal is spent even though the
@@ -39,29 +35,9 @@ _REFUSE_FIRST_COMMIT = [
 ]
 
 
-@pytest.fixture
-def db_url(pg_server: TempPostgres | None) -> Iterator[str]:
-    if pg_server is None:
-        pytest.skip("PostgreSQL binaries not found (set JITGPU_REQUIRE_POSTGRES=1 to fail)")
-    name = pg_server.create_database(template=pg_server.template)  # type: ignore[attr-defined]
-    try:
-        yield pg_server.url(name)
-    finally:
-        pg_server.drop_database(name)
-
-
-def _allocate(tenant_id: str):  # type: ignore[no-untyped-def]
-    body = AllocationCreate(gpu_count=1, use_holds=False)
-    return lambda session, now: allocations.create(session, tenant_id=tenant_id, body=body, now=now)
-
-
-def _counts(db: Database) -> tuple[int, int]:
-    with db.read() as session:
-        allocs = session.execute(select(func.count()).select_from(AllocationRow)).scalar_one()
-        active = session.execute(
-            select(func.count()).select_from(AssignmentRow).where(AssignmentRow.ended_at.is_(None))  # type: ignore[union-attr]
-        ).scalar_one()
-    return allocs, active
+# The database fixtures of tests/conftest.py, PostgreSQL only (skipped without its binaries
+# unless JITGPU_REQUIRE_POSTGRES=1).
+pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 def test_a_refused_commit_runs_the_batch_again_one_by_one(
@@ -72,7 +48,7 @@ def test_a_refused_commit_runs_the_batch_again_one_by_one(
     with db.engine.begin() as connection:
         for statement in _REFUSE_FIRST_COMMIT:
             connection.execute(text(statement))
-    batch = [Command(use_case=_allocate(tenant_id)) for _ in range(3)]
+    batch = [Command(use_case=allocate(tenant_id)) for _ in range(3)]
     with caplog.at_level(logging.WARNING):
         api.writer.apply_batch(batch)
     # The COMMIT itself failed (the trigger runs only there), and the writer went one by one.
@@ -82,7 +58,7 @@ def test_a_refused_commit_runs_the_batch_again_one_by_one(
     )
     assert [c.answer.result()[0] for c in batch] == [201, 201, 201]
     # Nothing of the refused transaction stayed: three allocations, each on its own GPU.
-    assert _counts(db) == (3, 3)
+    assert counts(db) == (3, 3)
 
 
 def test_a_failure_after_the_commit_answers_the_batch_as_committed(
@@ -98,7 +74,7 @@ def test_a_failure_after_the_commit_answers_the_batch_as_committed(
             failures.append(1)
             raise RuntimeError("failed after the commit")
 
-    batch = [Command(use_case=_allocate(tenant_id)) for _ in range(3)]
+    batch = [Command(use_case=allocate(tenant_id)) for _ in range(3)]
     event.listen(Session, "before_commit", fail_after_commit)
     try:
         with caplog.at_level(logging.WARNING):
@@ -110,7 +86,7 @@ def test_a_failure_after_the_commit_answers_the_batch_as_committed(
     # Committed once, not run again: no warning of a failed group commit, three allocations.
     assert not any("group commit" in r.getMessage() for r in caplog.records)
     assert any("after a commit" in r.getMessage() for r in caplog.records)
-    assert _counts(db) == (3, 3)
+    assert counts(db) == (3, 3)
 
 
 def test_a_quota_change_waits_for_the_batch_in_progress(api: Api, db: Database) -> None:

@@ -9,12 +9,9 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from sqlmodel import Session
 
-from control_plane.schemas.allocations import AllocationCreate
-from control_plane.services import allocations
 from control_plane.services.writer import Command, GroupWriter
-from tests.control_plane.conftest import Api
+from tests.control_plane.conftest import Api, allocate, release
 from tests.support.pg import TempPostgres
 
 
@@ -81,21 +78,6 @@ def db_url(pg_server: TempPostgres | None, counter: TripCounter) -> Iterator[str
         pg_server.drop_database(name)
 
 
-def _allocate(tenant_id: str):  # type: ignore[no-untyped-def]
-    body = AllocationCreate(gpu_count=1, use_holds=False)
-    return lambda session, now: allocations.create(session, tenant_id=tenant_id, body=body, now=now)
-
-
-def _release(tenant_id: str, allocation_id: str):  # type: ignore[no-untyped-def]
-    def use_case(session: Session, now: float):  # type: ignore[no-untyped-def]
-        view = allocations.release(
-            session, tenant_id=tenant_id, allocation_id=allocation_id, now=now
-        )
-        return 200, view
-
-    return use_case
-
-
 def _trips(counter: TripCounter, writer: GroupWriter, commands: list[Command]) -> int:
     before = counter.trips
     writer.apply_batch(commands)
@@ -109,20 +91,20 @@ def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: Tri
     tenant_id, _ = api.tenant(quota=16)
     writer = api.writer
 
-    def allocate(n: int) -> tuple[int, list[str]]:
-        batch = [Command(use_case=_allocate(tenant_id)) for _ in range(n)]
+    def allocate_n(n: int) -> tuple[int, list[str]]:
+        batch = [Command(use_case=allocate(tenant_id)) for _ in range(n)]
         trips = _trips(counter, writer, batch)
         return trips, [c.answer.result()[1].split('"id":"')[1].split('"')[0] for c in batch]
 
-    def release(ids: list[str]) -> int:
-        return _trips(counter, writer, [Command(use_case=_release(tenant_id, i)) for i in ids])
+    def release_all(ids: list[str]) -> int:
+        return _trips(counter, writer, [Command(use_case=release(tenant_id, i)) for i in ids])
 
     # Past psycopg's prepare threshold (a statement is prepared on its fifth use, which may
     # cost a round trip of its own) and with the placement view built.
     for _ in range(2):
-        release(allocate(4)[1])
-    one, first = allocate(1)
-    four, more = allocate(4)
+        release_all(allocate_n(4)[1])
+    one, first = allocate_n(1)
+    four, more = allocate_n(4)
     # A placed allocation's inserts go with the next statement. Its tenant's admission is
     # read by the batch's first allocation of that tenant only: the three after it reuse it,
     # with the GPUs placed before them counted in (`BatchAdmissions`).
@@ -130,7 +112,7 @@ def test_a_placed_allocation_and_a_release_each_wait_once(api: Api, counter: Tri
     # What a batch pays once: BEGIN travels with the placement lock and the epoch read, and
     # COMMIT with the epoch's bump and the last command's writes.
     assert one == 2 + 1
-    one_release, four_releases = release(first), release(more)
+    one_release, four_releases = release_all(first), release_all(more)
     # Each release: the allocation, its GPUs and the queue's tenants in one round trip.
     assert four_releases - one_release == 3
     assert one_release == 2 + 1
@@ -144,27 +126,27 @@ def test_each_tenant_of_a_batch_is_read_once_and_a_release_keeps_the_reads(
     second, _ = api.tenant("team-b", quota=8)
     writer = api.writer
     for _ in range(2):  # past psycopg's prepare threshold, as above
-        batch = [Command(use_case=_allocate(t)) for t in (first, second) for _ in range(3)]
+        batch = [Command(use_case=allocate(t)) for t in (first, second) for _ in range(3)]
         _trips(counter, writer, batch)
         ids = [
             (t, c.answer.result()[1].split('"id":"')[1].split('"')[0])
             for t, c in zip([first] * 3 + [second] * 3, batch, strict=True)
         ]
-        _trips(counter, writer, [Command(use_case=_release(t, i)) for t, i in ids])
+        _trips(counter, writer, [Command(use_case=release(t, i)) for t, i in ids])
     # Two tenants, three allocations each: one admission read per tenant.
     two_tenants = _trips(
-        counter, writer, [Command(use_case=_allocate(t)) for t in (first, second) for _ in range(3)]
+        counter, writer, [Command(use_case=allocate(t)) for t in (first, second) for _ in range(3)]
     )
     assert two_tenants == 2 + 2
     # An allocation, a release that serves nobody from the queue, an allocation: the second
     # allocation reuses the first's read (the release took its GPU off), so the batch waits
     # for the first read and the release only.
-    alloc = Command(use_case=_allocate(first))
+    alloc = Command(use_case=allocate(first))
     _trips(counter, writer, [alloc])
     alloc_id = alloc.answer.result()[1].split('"id":"')[1].split('"')[0]
     mixed = [
-        Command(use_case=_allocate(first)),
-        Command(use_case=_release(first, alloc_id)),
-        Command(use_case=_allocate(first)),
+        Command(use_case=allocate(first)),
+        Command(use_case=release(first, alloc_id)),
+        Command(use_case=allocate(first)),
     ]
     assert _trips(counter, writer, mixed) == 2 + 2
