@@ -6,7 +6,14 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from predictors.budget import DEFAULT_WINDOW_S, BudgetController, price_for_budget
+from predictors.budget import (
+    DEFAULT_STEER,
+    DEFAULT_WINDOW_S,
+    BudgetController,
+    SteadyController,
+    make_controller,
+    price_for_budget,
+)
 from smart_agent.outcomes import idle_minutes
 from smart_agent.predlog import PredictionLog
 
@@ -79,14 +86,21 @@ def realised(
 
 
 class IdleSteer:
-    """Feeds a BudgetController the agent's realised totals every `every_s` and sets the
-    price of the priced forecasters it is given, so the price follows what was idled."""
+    """Feeds a price controller the agent's realised idle and busy every `every_s` and sets
+    the price of the priced forecasters it is given, so the price follows what was idled.
+
+    `steer` picks the controller (predictors/budget.py): `steady` learns the one price that
+    meets the budget over its window from each step's period, spent at the price then in
+    force; `pi` steers from the window's ratio at each step. A steady controller's first step
+    after a start counts the whole window as one period at the starting price: the agent
+    does not keep the prices it ran at before."""
 
     def __init__(
         self,
         budget: float,
         *,
-        window_s: float = DEFAULT_WINDOW_S,
+        steer: str = DEFAULT_STEER,
+        window_s: float | None = None,
         every_s: float = STEER_EVERY_S,
         lead_s: float = 120.0,
         min_busy_gpu_s: float = 3600.0,
@@ -94,10 +108,11 @@ class IdleSteer:
         self.budget = budget
         self.every_s = every_s
         self.lead_s = lead_s
-        self.controller = BudgetController(
+        self.controller: BudgetController | SteadyController = make_controller(
+            steer,
             budget,
-            window_s=window_s,
             price=price_for_budget(budget),
+            window_s=window_s,
             min_busy_gpu_s=min_busy_gpu_s,
         )
         self.last: Realised | None = None
@@ -108,11 +123,21 @@ class IdleSteer:
 
     def step(self, log: PredictionLog, now: float, priced: Iterable[object]) -> float:
         """Measure and steer when due; always hand the current price to `priced`."""
-        if self.last is None or now - self.last.at >= self.every_s:
-            self.last = realised(log, now, window_s=self.controller.window_s, lead_s=self.lead_s)
-            self.controller.observe(
-                extra_idle_gpu_s=self.last.idle_gpu_s, busy_gpu_s=self.last.busy_gpu_s
-            )
+        last = self.last
+        if last is None or now - last.at >= self.every_s:
+            window = self.controller.window_s
+            self.last = realised(log, now, window_s=window, lead_s=self.lead_s)
+            controller = self.controller
+            if isinstance(controller, SteadyController):
+                since = window if last is None else min(window, now - last.at)
+                period = realised(log, now, window_s=since, lead_s=self.lead_s)
+                controller.add_period(
+                    at=now, extra_idle_gpu_s=period.idle_gpu_s, busy_gpu_s=period.busy_gpu_s
+                )
+            else:
+                controller.observe(
+                    extra_idle_gpu_s=self.last.idle_gpu_s, busy_gpu_s=self.last.busy_gpu_s
+                )
             log.set_meta(STEER_META_KEY, json.dumps(self.snapshot()))
         for member in priced:
             member.price = self.controller.price  # type: ignore[attr-defined]

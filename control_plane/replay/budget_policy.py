@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from control_plane.replay.forecast import Forecaster, ForecastPolicy, flag
@@ -30,12 +31,17 @@ from control_plane.replay.session_policy import (
 from control_plane.replay.trace import Job
 from predictors.budget import (
     DEFAULT_BUDGET,
+    DEFAULT_ELASTICITY,
     DEFAULT_PRICE,
+    DEFAULT_STEER,
     DEFAULT_WINDOW_S,
     MAX_PRICE,
     MIN_PRICE,
+    STEERS,
     BudgetController,
+    PriceController,
     TenantBudgets,
+    make_controller,
 )
 from predictors.burst import WEIGHTS, BurstPredictor
 from predictors.reserve import WarmReserve
@@ -48,7 +54,18 @@ DEFAULT_PERIOD_S = 3600.0  # how often the controller looks at the window
 DEFAULT_KP, DEFAULT_KI = 1.0, 0.1  # the controller's gains (predictors/budget.py)
 # The options `default` takes for itself; the rest (and `price`, where the forecast starts)
 # go to the burst forecast.
-_OWN_OPTIONS = ("budget", "window", "period", "kp", "ki", "session", "reserve", "tenants")
+_OWN_OPTIONS = (
+    "budget",
+    "window",
+    "period",
+    "kp",
+    "ki",
+    "steer",
+    "elasticity",
+    "session",
+    "reserve",
+    "tenants",
+)
 DEFAULT_SESSION = False  # the session model beside the burst forecast (session=1)
 # An adaptive warm reserve per active user (reserve=1). Off: it helps where users submit
 # steadily (ITP) but costs a few percent on Helios and Alibaba (docs/prewarm-results.md).
@@ -60,7 +77,7 @@ class BudgetedPolicy(ForecastPolicy):
 
     def __init__(self, forecaster: Forecaster, **options: Any) -> None:
         super().__init__(forecaster, **options)
-        self.budget = BudgetController()
+        self.budget: PriceController = BudgetController()
         self.period_s = DEFAULT_PERIOD_S
         self._bursts: list[BurstPredictor] = []
         self._next_update = 0.0
@@ -70,9 +87,7 @@ class BudgetedPolicy(ForecastPolicy):
         # A warm reserve per active user beside the forecast, priced like it.
         self.reserve: WarmReserve | None = None
 
-    def steer(
-        self, budget: BudgetController, period_s: float, bursts: list[BurstPredictor]
-    ) -> None:
+    def steer(self, budget: PriceController, period_s: float, bursts: list[BurstPredictor]) -> None:
         """Let `budget` set the price of `bursts` every `period_s` seconds."""
         self.budget, self.period_s, self._bursts = budget, period_s, bursts
 
@@ -189,13 +204,8 @@ def _default(arg: str | None) -> Policy:
         raise ValueError("options gap= and session_jobs= need session=1")
     model = session_model(options) if session else None
     budget = number(options, "budget", DEFAULT_BUDGET)
-    window = number(options, "window", DEFAULT_WINDOW_S, minimum=60.0)
     start = number(options, "price", DEFAULT_PRICE, minimum=MIN_PRICE)
     period = number(options, "period", DEFAULT_PERIOD_S, minimum=1.0)
-    gains = {
-        "kp": number(options, "kp", DEFAULT_KP, minimum=0.0),
-        "ki": number(options, "ki", DEFAULT_KI, minimum=0.0),
-    }
     burst_options = {**DEFAULT_OPTIONS, **options, "price": str(start)}
     for key in (*_OWN_OPTIONS, *SESSION_OPTIONS):
         burst_options.pop(key, None)
@@ -215,14 +225,38 @@ def _default(arg: str | None) -> Policy:
 
         policy.on_begin = begin
     price = min(start, MAX_PRICE)
-    controller = BudgetController(budget, window_s=window, price=price, **gains)
+    make = _controllers(options, price=price)
+    controller = make(budget)
     if flag(options, "tenants", False):
-        policy.tenants = TenantBudgets(budget, window_s=window, price=price, **gains)
+        policy.tenants = TenantBudgets(budget, make=make)
         controller = policy.tenants.cluster
     policy.steer(controller, period, bursts_in(predictor))
     if flag(options, "reserve", DEFAULT_RESERVE):
         policy.reserve = WarmReserve(price=price, weigh=WEIGHTS[predictor.weigh])
     return policy
+
+
+def _controllers(options: dict[str, str], *, price: float) -> Callable[[float], PriceController]:
+    """How the price follows the budget (`steer=`): a controller for a given budget, starting
+    at `price`. `steady` estimates the one steady price that meets the budget over a week
+    (`elasticity=`: how idle answers to price); `pi` holds each day's idle to the budget
+    (`kp=`, `ki=`). Options of the other kind are refused, not ignored."""
+    steer = options.get("steer", DEFAULT_STEER)
+    if steer not in STEERS:
+        raise ValueError(f"option 'steer': {steer!r} is not one of {', '.join(STEERS)}")
+    foreign = ("kp", "ki") if steer == "steady" else ("elasticity",)
+    given = [key for key in foreign if key in options]
+    if given:
+        raise ValueError(f"option {given[0]!r} does not apply to steer={steer}")
+    window = None if "window" not in options else number(options, "window", 0.0, minimum=60.0)
+    if steer == "steady":
+        own = {"elasticity": number(options, "elasticity", DEFAULT_ELASTICITY, minimum=0.01)}
+    else:
+        own = {
+            "kp": number(options, "kp", DEFAULT_KP, minimum=0.0),
+            "ki": number(options, "ki", DEFAULT_KI, minimum=0.0),
+        }
+    return partial(make_controller, steer, price=price, window_s=window, **own)
 
 
 register_policy(

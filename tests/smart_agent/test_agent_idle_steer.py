@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from typer.testing import CliRunner
 
-from predictors.budget import price_for_budget
+from predictors.budget import SteadyController, price_for_budget
 from predictors.types import Forecast
 from smart_agent.agent import Agent
 from smart_agent.cli.main import app
@@ -92,6 +93,31 @@ def test_the_price_rises_when_over_budget_falls_under_it_and_steps_at_its_pace(
     low = IdleSteer(0.05, window_s=3600)
     assert low.step(under, NOW, []) < start and low.last and low.last.ratio == 0.0
     under.close()
+
+
+def test_the_steady_controller_counts_each_step_as_a_period_after_a_first_whole_window(
+    tmp_path: Path,
+) -> None:
+    log = PredictionLog(tmp_path / "p.db")
+    _idle_day(log, NOW)
+    steer = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    assert isinstance(steer.controller, SteadyController)
+    start = price_for_budget(0.05)
+    # The whole window, spent at the starting price: ten times the budget, so the price
+    # rises as far as one step lets it.
+    assert steer.step(log, NOW, []) == pytest.approx(2 * start)
+    assert steer.last is not None and steer.last.ratio == 0.5
+    # Five minutes later: only those five minutes are a new period (nothing idled or ran in
+    # them), and the window's ratio still calls for a higher price.
+    _job(log, NOW + 60, 2, NOW + 300)
+    steer.step(log, NOW + 300, [])
+    periods = list(steer.controller._periods)
+    assert [p[1:] for p in periods] == [
+        (7200.0 * 3600 / 3600, 4 * 3600.0, start),
+        (0.0, 480.0, 2 * start),
+    ]
+    assert steer.price > 2 * start
+    log.close()
 
 
 def test_the_agent_moves_its_burst_price_by_what_it_idled(world: World) -> None:
