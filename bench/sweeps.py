@@ -110,6 +110,16 @@ def at_idle(points: Sequence[tuple[float, float]], idle: float) -> float | None:
     return None
 
 
+def at_idle_or_less(points: Sequence[tuple[float, float]], idle: float) -> float | None:
+    """`at_idle`, and past the swept range's end the lowest time-to-GPU the curve reached
+    with no more idle than `idle` (a baseline that does better on less idle beats us at equal
+    idle too); None below the range."""
+    value = at_idle(points, idle)
+    if value is not None or not points or idle < points[0][0]:
+        return value
+    return min(t for i, t in points if i <= idle)
+
+
 def gain(ttg: float, reference: float | None) -> float | None:
     """How much lower `ttg` is than `reference`, as a fraction (0.2 = 20% lower)."""
     if reference is None or reference <= 0:

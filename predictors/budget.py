@@ -281,7 +281,7 @@ class SteadyController:
 
 
 STEERS = ("steady", "pi")
-DEFAULT_STEER = "pi"
+DEFAULT_STEER = "steady"
 
 
 def make_controller(

@@ -63,7 +63,7 @@ def test_the_steady_controller_pulls_realised_idle_under_the_budget() -> None:
     jobs = [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(rows)]
     config = SimConfig(64, gpus_per_node=8, cold_start_s=120.0)
     spec = "default:budget=0.05,price=0.0005,steer=steady,window=43200"
-    fixed = Simulator(jobs, _policy("default:budget=0.05,price=0.0005,kp=0,ki=0"), config).run()
+    fixed = Simulator(jobs, _policy("default:budget=0.05,price=0.0005,period=1e12"), config).run()
     steered = Simulator(jobs, _policy(spec), config).run()
     reactive = Simulator(jobs, make_policy("reactive"), config).run()
     assert fixed["extra_idle_ratio"] > 1.0

@@ -11,6 +11,7 @@ from control_plane.replay.budget_policy import BudgetedPolicy
 from control_plane.replay.engine import SimConfig, Simulator
 from control_plane.replay.policies import make_policy
 from control_plane.replay.trace import Job
+from predictors.budget import SteadyController
 
 
 def _trace(days: float = 2.0) -> list[Job]:
@@ -53,7 +54,8 @@ def test_per_user_totals_add_up_to_the_clusters() -> None:
 
 def test_a_user_over_its_budget_is_priced_by_its_own_controller() -> None:
     jobs = _trace()
-    spec = "default:budget=0.05,window=21600"
+    # The day-by-day controller, over a window short enough for a two-day trace.
+    spec = "default:budget=0.05,steer=pi,window=21600"
     sim, policy = _sim(jobs, f"{spec},tenants=1")
     result = sim.run()
     assert result["tenant_controllers"] == 2 and result["tenants_judged"] == 2
@@ -88,11 +90,14 @@ def test_tenants_option_is_checked_and_adopted() -> None:
 def test_controller_gains_are_options_checked_and_given_to_every_controller() -> None:
     load_plugins()
     with pytest.raises(ValueError, match="kp"):
-        make_policy("default:kp=-1")
-    policy = make_policy("default:kp=0.3,ki=0.02,tenants=1")
+        make_policy("default:steer=pi,kp=-1")
+    policy = make_policy("default:steer=pi,kp=0.3,ki=0.02,tenants=1")
     assert isinstance(policy, BudgetedPolicy) and policy.tenants is not None
     assert (policy.budget.kp, policy.budget.ki) == (0.3, 0.02)
     tenant = policy.tenants.for_tenant("a")
     assert (tenant.kp, tenant.ki) == (0.3, 0.02)
-    plain = make_policy("default")
+    plain = make_policy("default:steer=pi")
     assert isinstance(plain, BudgetedPolicy) and (plain.budget.kp, plain.budget.ki) == (1.0, 0.1)
+    steady = make_policy("default")
+    assert isinstance(steady, BudgetedPolicy) and isinstance(steady.budget, SteadyController)
+    assert steady.budget.elasticity == 1.0
