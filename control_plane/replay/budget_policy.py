@@ -33,6 +33,7 @@ from predictors.budget import (
     DEFAULT_BUDGET,
     DEFAULT_ELASTICITY,
     DEFAULT_PRICE,
+    DEFAULT_STEADY_WINDOW_S,
     DEFAULT_STEER,
     DEFAULT_WINDOW_S,
     MAX_PRICE,
@@ -263,6 +264,8 @@ register_policy(
     "default",
     _default,
     "the agent's default: priced burst (jobs=4, size=ending) with its price steered to keep "
-    f"idle within budget= over window= s (default {DEFAULT_BUDGET:g}, {DEFAULT_WINDOW_S:g}; "
-    f"jobs up to {MAX_CLUMP_JOBS}); tenants=1 adds a controller per user of the trace",
+    f"idle within budget= (default {DEFAULT_BUDGET:g}) by steer={'|'.join(STEERS)} (default "
+    f"{DEFAULT_STEER}: one steady price over window= {DEFAULT_STEADY_WINDOW_S:g} s, "
+    f"elasticity=; pi: each window= {DEFAULT_WINDOW_S:g} s, kp=, ki=; jobs up to "
+    f"{MAX_CLUMP_JOBS}); tenants=1 adds a controller per user of the trace",
 )
