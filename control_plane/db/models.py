@@ -107,6 +107,8 @@ class HoldRow(SQLModel, table=True):
     __table_args__ = (
         Index("ix_hold_tenant_status", "tenant_id", "status"),
         Index("ix_hold_tenant_created", "tenant_id", "created_at"),
+        # A tenant's holds that ended within the idle budget's window (migration 0007).
+        Index("ix_hold_tenant_ended", "tenant_id", "ended_at"),
     )
 
     id: str = Field(primary_key=True)
@@ -141,6 +143,8 @@ class AllocationRow(SQLModel, table=True):
         # waiting (migration 0006).
         Index("ix_allocation_queue", "tenant_id", "status", "requested_at", "id"),
         Index("ix_allocation_tenant_requested", "tenant_id", "requested_at"),
+        # A tenant's allocations released within the idle budget's window (migration 0007).
+        Index("ix_allocation_tenant_released", "tenant_id", "released_at"),
     )
 
     id: str = Field(primary_key=True)
