@@ -237,6 +237,20 @@ class SteadyController:
         """The window's periods: (end, extra idle, busy, the price in force), oldest first."""
         return tuple(self._periods)
 
+    def resume(self, *, price: float, periods: list[list[float]]) -> None:
+        """Take back a price and the periods (as `periods` gave them) from an earlier run; a
+        price out of bounds or a malformed period is refused (ValueError), nothing taken."""
+        if not self.min_price <= price <= self.max_price:
+            raise ValueError(f"price {price} is outside [{self.min_price}, {self.max_price}]")
+        taken = []
+        for period in periods:
+            end, extra, busy, spent_at = (float(v) for v in period)
+            if not busy >= 0 or not spent_at > 0:
+                raise ValueError(f"not a period: {period!r}")
+            taken.append((end, extra, busy, spent_at))
+        self.price = price
+        self._periods = deque(sorted(taken))
+
     def ratio(self) -> float | None:
         """The window's extra idle over busy, None before it has enough work to judge."""
         busy = sum(p[2] for p in self._periods)

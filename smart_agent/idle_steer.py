@@ -129,8 +129,8 @@ class IdleSteer:
             self.last = realised(log, now, window_s=window, lead_s=self.lead_s)
             controller = self.controller
             if isinstance(controller, SteadyController):
-                since = window if last is None else min(window, now - last.at)
-                period = realised(log, now, window_s=since, lead_s=self.lead_s)
+                since = self._since(log, controller, now) if last is None else now - last.at
+                period = realised(log, now, window_s=min(window, since), lead_s=self.lead_s)
                 controller.add_period(
                     at=now, extra_idle_gpu_s=period.idle_gpu_s, busy_gpu_s=period.busy_gpu_s
                 )
@@ -143,15 +143,41 @@ class IdleSteer:
             member.price = self.controller.price  # type: ignore[attr-defined]
         return self.controller.price
 
-    def snapshot(self) -> dict[str, float | None]:
-        """What `jitgpu agent status` shows: the budget, what was realised, the price."""
+    def _since(self, log: PredictionLog, controller: SteadyController, now: float) -> float:
+        """Where the first period after a start begins: where the last run's steps ended, its
+        price and periods taken back from the log (same budget and window); else, or if
+        what was saved does not read back, the whole window as one period at the starting
+        price."""
+        saved = json.loads(log.get_meta(STEER_META_KEY) or "null")
+        if (
+            not isinstance(saved, dict)
+            or saved.get("steer") != "steady"
+            or saved.get("budget") != self.budget
+            or saved.get("window_s") != controller.window_s
+            or not isinstance(saved.get("at"), int | float)
+            or not saved["at"] <= now
+        ):
+            return controller.window_s
+        try:
+            controller.resume(price=float(saved["price"]), periods=saved.get("periods") or [])
+        except (TypeError, ValueError):
+            return controller.window_s
+        return now - saved["at"]
+
+    def snapshot(self) -> dict[str, object]:
+        """What `jitgpu agent status` shows (the budget, what was realised, the price), and
+        what a restarted agent takes back (a steady controller's periods)."""
         last = self.last
+        controller = self.controller
+        steady = isinstance(controller, SteadyController)
         return {
             "budget": self.budget,
+            "steer": "steady" if steady else "pi",
             "at": None if last is None else last.at,
-            "window_s": self.controller.window_s,
+            "window_s": controller.window_s,
             "idle_gpu_hours": None if last is None else round(last.idle_gpu_s / 3600, 4),
             "busy_gpu_hours": None if last is None else round(last.busy_gpu_s / 3600, 4),
             "realised": None if last is None or last.ratio is None else round(last.ratio, 5),
-            "price": self.controller.price,
+            "price": controller.price,
+            "periods": [list(p) for p in controller.periods] if steady else [],
         }

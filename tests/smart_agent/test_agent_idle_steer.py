@@ -120,6 +120,36 @@ def test_the_steady_controller_counts_each_step_as_a_period_after_a_first_whole_
     log.close()
 
 
+def test_a_restarted_agent_takes_its_steady_price_and_periods_back(tmp_path: Path) -> None:
+    log = PredictionLog(tmp_path / "p.db")
+    _idle_day(log, NOW)
+    first = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    first.step(log, NOW, [])
+    first.step(log, NOW + 300, [])
+    assert first.price > 2 * price_for_budget(0.05)  # two steps up from the start
+    # A new agent process on the same log, ten minutes later: it goes on from that price, and
+    # its first period is only the time since the last run's last step.
+    _job(log, NOW + 400, 1, NOW + 900)
+    again = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    assert isinstance(again.controller, SteadyController)
+    again.step(log, NOW + 900, [])
+    ends = [p[0] for p in again.controller.periods]
+    assert ends == [NOW, NOW + 300, NOW + 900]
+    assert again.controller.periods[-1][1:3] == (0.0, 500.0)
+    assert again.controller.periods[-1][3] == first.price  # spent at the price taken back
+    # Another budget, or what was saved unreadable: a fresh start over the whole window.
+    other = IdleSteer(0.1, steer="steady", window_s=3600, every_s=300)
+    other.step(log, NOW + 1200, [])
+    assert len(other.controller.periods) == 1
+    saved = json.loads(log.get_meta(STEER_META_KEY) or "{}")
+    log.set_meta(STEER_META_KEY, json.dumps({**saved, "budget": 0.05, "periods": [["x"]]}))
+    broken = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    broken.step(log, NOW + 1500, [])
+    assert len(broken.controller.periods) == 1
+    assert broken.controller.periods[0][3] == price_for_budget(0.05)
+    log.close()
+
+
 def test_the_agent_moves_its_burst_price_by_what_it_idled(world: World) -> None:
     policy = Policy(predictors=["burst"], idle_budget=0.05)
     agent = Agent(
