@@ -4,15 +4,17 @@
         [--write docs/prewarm-results.md]
 
 For each trace (Helios, ITP, Alibaba) and cold start, the default policy's structure (how a
-saved second is weighed by job size: `weigh=jobs|sqrt|gpus`) and its starting price are
-chosen on the *other* traces: the option with the best mean gain over reactive on both
+saved second is weighed by job size, `weigh=jobs|sqrt|gpus`, and how its price follows the
+budget, `steer=pi` or `steer=steady` at elasticity 0.5 or 1) and its starting price are
+chosen on the *other* traces: the candidate with the best mean gain over reactive on both
 measures (per-job and GPU-weighted mean time-to-GPU) among those whose realised idle stayed
 within the budget there, and the geometric mean of the prices its controller ended at.
 Then it runs once on the held-out trace, beside reactive and the baselines swept over their
 knob (keep-alive, static reserve per user, the hybrid histogram); each baseline's time-to-GPU
-at the default's idle GPU-hours is read off its curve (linear between sweep points), on both
-measures. Prints one Markdown table (and, with --write, puts it in the file between the
-`generalize` markers). The replay is deterministic: one run of each is enough.
+is its best on no more idle GPU-hours than the default's (linear between sweep points, or a
+sweep point on less idle that did better), on both measures. Prints one Markdown table (and,
+with --write, puts it in the file between the `generalize` markers). The replay is
+deterministic: one run of each is enough.
 """
 
 from __future__ import annotations
@@ -189,8 +191,8 @@ def verdict(
 
 HEADER = (
     "| held-out trace | cold start s | chosen on the others | mean TTG s (vs reactive) "
-    "| best baseline at equal idle | vs it | GPU-wtd mean TTG s (vs reactive) "
-    "| best baseline at equal idle | vs it | extra idle / budget | goals |"
+    "| best baseline on no more idle | vs it | GPU-wtd mean TTG s (vs reactive) "
+    "| best baseline on no more idle | vs it | extra idle / budget | goals |"
 )
 
 

@@ -111,13 +111,17 @@ def at_idle(points: Sequence[tuple[float, float]], idle: float) -> float | None:
 
 
 def at_idle_or_less(points: Sequence[tuple[float, float]], idle: float) -> float | None:
-    """`at_idle`, and past the swept range's end the lowest time-to-GPU the curve reached
-    with no more idle than `idle` (a baseline that does better on less idle beats us at equal
-    idle too); None below the range."""
+    """The best time-to-GPU a swept curve gives on at most `idle` GPU-hours: `at_idle`
+    there, or a point of the sweep on less idle that did better (a baseline that does better
+    on less idle beats us at equal idle too; past the sweep's end, its best); None below
+    the sweep's range."""
+    if not points or idle < points[0][0]:
+        return None
+    found = [t for i, t in points if i <= idle]
     value = at_idle(points, idle)
-    if value is not None or not points or idle < points[0][0]:
-        return value
-    return min(t for i, t in points if i <= idle)
+    if value is not None:
+        found.append(value)
+    return min(found)
 
 
 def gain(ttg: float, reference: float | None) -> float | None:

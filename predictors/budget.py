@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
-from math import exp, log
+from math import exp, isfinite, log
 from typing import Protocol
 
 DEFAULT_BUDGET = 0.05  # idle GPU-hours per busy GPU-hour, over what reactive would idle
@@ -110,8 +110,9 @@ class BudgetController:
         )
         return extra / busy
 
-    def update(self, totals: Totals) -> float:
-        """Record running totals and return the price to use from now on."""
+    def update(self, totals: Totals, spent_at: float | None = None) -> float:
+        """Record running totals and return the price to use from now on (`spent_at`, the
+        price actually used, matters only to a SteadyController)."""
         samples = self._samples
         samples.append(totals)
         while len(samples) > 2 and samples[1].at <= totals.at - self.window_s:
@@ -150,7 +151,7 @@ class PriceController(Protocol):
 
     def ratio(self) -> float | None: ...
 
-    def update(self, totals: Totals) -> float: ...
+    def update(self, totals: Totals, spent_at: float | None = None) -> float: ...
 
 
 class TenantBudgets:
@@ -165,6 +166,8 @@ class TenantBudgets:
         make: Callable[[float], PriceController] | None = None,
         **options: float,
     ) -> None:
+        if make is not None and options:
+            raise ValueError("give TenantBudgets either make= or a BudgetController's options")
         self._make = make or partial(BudgetController, **options)  # type: ignore[arg-type]
         self.budget = budget
         self.cluster = self._make(budget)
@@ -237,19 +240,24 @@ class SteadyController:
         """The window's periods: (end, extra idle, busy, the price in force), oldest first."""
         return tuple(self._periods)
 
-    def resume(self, *, price: float, periods: list[list[float]]) -> None:
-        """Take back a price and the periods (as `periods` gave them) from an earlier run; a
-        price out of bounds or a malformed period is refused (ValueError), nothing taken."""
+    def resume(self, *, price: float, periods: list[list[float]], until: float) -> None:
+        """Take back a price and the periods (as `periods` gave them) of an earlier run whose
+        last period ended at `until`; a price out of bounds, a period not finite, with
+        negative busy time or none of a positive price, or one ending after `until`, is
+        refused (ValueError) and nothing is taken."""
         if not self.min_price <= price <= self.max_price:
             raise ValueError(f"price {price} is outside [{self.min_price}, {self.max_price}]")
         taken = []
         for period in periods:
-            end, extra, busy, spent_at = (float(v) for v in period)
-            if not busy >= 0 or not spent_at > 0:
+            values = tuple(float(v) for v in period)
+            if len(values) != 4 or not all(isfinite(v) for v in values):
                 raise ValueError(f"not a period: {period!r}")
-            taken.append((end, extra, busy, spent_at))
+            end, _, busy, spent_at = values
+            if busy < 0 or spent_at <= 0 or end > until:
+                raise ValueError(f"not a period: {period!r}")
+            taken.append(values)
         self.price = price
-        self._periods = deque(sorted(taken))
+        self._periods = deque(sorted(taken))  # type: ignore[arg-type]
 
     def ratio(self) -> float | None:
         """The window's extra idle over busy, None before it has enough work to judge."""
@@ -258,7 +266,7 @@ class SteadyController:
             return None
         return sum(p[1] for p in self._periods) / busy
 
-    def update(self, totals: Totals) -> float:
+    def update(self, totals: Totals, spent_at: float | None = None) -> float:
         """Record running totals and return the price to use from now on."""
         last, self._last = self._last, totals
         if last is None:
@@ -267,14 +275,26 @@ class SteadyController:
             totals.reactive_idle_gpu_s - last.reactive_idle_gpu_s
         )
         return self.add_period(
-            at=totals.at, extra_idle_gpu_s=extra, busy_gpu_s=totals.busy_gpu_s - last.busy_gpu_s
+            at=totals.at,
+            extra_idle_gpu_s=extra,
+            busy_gpu_s=totals.busy_gpu_s - last.busy_gpu_s,
+            spent_at=spent_at,
         )
 
-    def add_period(self, *, at: float, extra_idle_gpu_s: float, busy_gpu_s: float) -> float:
+    def add_period(
+        self,
+        *,
+        at: float,
+        extra_idle_gpu_s: float,
+        busy_gpu_s: float,
+        spent_at: float | None = None,
+    ) -> float:
         """One period's extra idle and busy GPU-seconds, ending at `at`, spent at the price in
-        force; returns the price to use from now on."""
+        force (or `spent_at`, where the price used was another: a tenant pays the higher of
+        its own and the cluster's); returns the price to use from now on."""
         periods = self._periods
-        periods.append((at, extra_idle_gpu_s, busy_gpu_s, self.price))
+        used = self.price if spent_at is None else spent_at
+        periods.append((at, extra_idle_gpu_s, busy_gpu_s, used))
         while periods and periods[0][0] <= at - self.window_s:
             periods.popleft()
         busy = sum(p[2] for p in periods)

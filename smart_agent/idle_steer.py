@@ -18,6 +18,7 @@ from smart_agent.outcomes import idle_minutes
 from smart_agent.predlog import PredictionLog
 
 STEER_EVERY_S = 300.0  # one controller step per this long, however often cycles run
+STEADY_PERIOD_S = 3600.0  # the steady controller's periods: an hour each, as in the replay
 OPEN_JOB_CAP_S = 6 * 3600.0  # a job never seen ending counts as busy this long at most
 STEER_META_KEY = "idle_steer"
 
@@ -90,10 +91,10 @@ class IdleSteer:
     the price of the priced forecasters it is given, so the price follows what was idled.
 
     `steer` picks the controller (predictors/budget.py): `steady` learns the one price that
-    meets the budget over its window from each step's period, spent at the price then in
-    force; `pi` steers from the window's ratio at each step. A steady controller's first step
-    after a start counts the whole window as one period at the starting price: the agent
-    does not keep the prices it ran at before."""
+    meets the budget over its window from periods of `period_s` (an hour, as in the replay),
+    each spent at the price then in force; `pi` steers from the window's ratio at each step.
+    The steady controller's price and periods are saved in the prediction log at each step,
+    and a restarted agent takes them back (`_since`)."""
 
     def __init__(
         self,
@@ -102,11 +103,13 @@ class IdleSteer:
         steer: str = DEFAULT_STEER,
         window_s: float | None = None,
         every_s: float = STEER_EVERY_S,
+        period_s: float = STEADY_PERIOD_S,
         lead_s: float = 120.0,
         min_busy_gpu_s: float = 3600.0,
     ) -> None:
         self.budget = budget
         self.every_s = every_s
+        self.period_s = period_s
         self.lead_s = lead_s
         self.controller: BudgetController | SteadyController = make_controller(
             steer,
@@ -116,6 +119,8 @@ class IdleSteer:
             min_busy_gpu_s=min_busy_gpu_s,
         )
         self.last: Realised | None = None
+        # Where the steady controller's open period began (the end of its last one).
+        self._period_from: float | None = None
 
     @property
     def price(self) -> float:
@@ -129,11 +134,7 @@ class IdleSteer:
             self.last = realised(log, now, window_s=window, lead_s=self.lead_s)
             controller = self.controller
             if isinstance(controller, SteadyController):
-                since = self._since(log, controller, now) if last is None else now - last.at
-                period = realised(log, now, window_s=min(window, since), lead_s=self.lead_s)
-                controller.add_period(
-                    at=now, extra_idle_gpu_s=period.idle_gpu_s, busy_gpu_s=period.busy_gpu_s
-                )
+                self._period(log, controller, now)
             else:
                 controller.observe(
                     extra_idle_gpu_s=self.last.idle_gpu_s, busy_gpu_s=self.last.busy_gpu_s
@@ -143,30 +144,45 @@ class IdleSteer:
             member.price = self.controller.price  # type: ignore[attr-defined]
         return self.controller.price
 
+    def _period(self, log: PredictionLog, controller: SteadyController, now: float) -> None:
+        """Close the open period once it lasted `period_s` (at once after a start)."""
+        since = self._since(log, controller, now) if self._period_from is None else None
+        if since is None:
+            assert self._period_from is not None
+            if now - self._period_from < self.period_s:
+                return
+            since = now - self._period_from
+        period = realised(log, now, window_s=min(controller.window_s, since), lead_s=self.lead_s)
+        controller.add_period(
+            at=now, extra_idle_gpu_s=period.idle_gpu_s, busy_gpu_s=period.busy_gpu_s
+        )
+        self._period_from = now
+
     def _since(self, log: PredictionLog, controller: SteadyController, now: float) -> float:
-        """Where the first period after a start begins: where the last run's steps ended, its
-        price and periods taken back from the log (same budget and window); else, or if
-        what was saved does not read back, the whole window as one period at the starting
-        price."""
-        saved = json.loads(log.get_meta(STEER_META_KEY) or "null")
-        if (
-            not isinstance(saved, dict)
-            or saved.get("steer") != "steady"
-            or saved.get("budget") != self.budget
-            or saved.get("window_s") != controller.window_s
-            or not isinstance(saved.get("at"), int | float)
-            or not saved["at"] <= now
-        ):
-            return controller.window_s
+        """Where the first period after a start begins: where the last run's periods ended,
+        its price and periods taken back from the log (same budget and window; a clock now
+        behind that end makes an empty first period); else, or if what was saved does not
+        read back, the whole window as one period at the starting price."""
         try:
-            controller.resume(price=float(saved["price"]), periods=saved.get("periods") or [])
-        except (TypeError, ValueError):
+            saved = json.loads(log.get_meta(STEER_META_KEY) or "null")
+            if (
+                not isinstance(saved, dict)
+                or saved.get("steer") != "steady"
+                or saved.get("budget") != self.budget
+                or saved.get("window_s") != controller.window_s
+            ):
+                return controller.window_s
+            ended = float(saved["period_from"])
+            controller.resume(
+                price=float(saved["price"]), periods=saved.get("periods") or [], until=ended
+            )
+        except (TypeError, ValueError, KeyError):
             return controller.window_s
-        return now - saved["at"]
+        return max(0.0, now - ended)
 
     def snapshot(self) -> dict[str, object]:
         """What `jitgpu agent status` shows (the budget, what was realised, the price), and
-        what a restarted agent takes back (a steady controller's periods)."""
+        what a restarted agent takes back (a steady controller's periods, where they end)."""
         last = self.last
         controller = self.controller
         steady = isinstance(controller, SteadyController)
@@ -179,5 +195,6 @@ class IdleSteer:
             "busy_gpu_hours": None if last is None else round(last.busy_gpu_s / 3600, 4),
             "realised": None if last is None or last.ratio is None else round(last.ratio, 5),
             "price": controller.price,
+            "period_from": self._period_from,
             "periods": [list(p) for p in controller.periods] if steady else [],
         }

@@ -85,6 +85,7 @@ class BudgetedPolicy(ForecastPolicy):
         # With a controller per tenant (users of the trace): theirs beside the cluster's.
         self.tenants: TenantBudgets | None = None
         self._users: set[str] = set()
+        self._user_prices: dict[str, float] = {}  # each user's price since the last update
         # A warm reserve per active user beside the forecast, priced like it.
         self.reserve: WarmReserve | None = None
 
@@ -139,15 +140,19 @@ class BudgetedPolicy(ForecastPolicy):
         if now < self._next_update:
             return
         self._next_update = now + self.period_s
+        # What each user paid in the period now ending (a user new to it, the cluster's price).
+        spent = {user: self._user_prices.get(user, self.budget.price) for user in self._users}
         self._set_price(self.budget.update(ctl.totals()))
         tenants = self.tenants
         if tenants is None:
             return
         for user in self._users:
-            tenants.for_tenant(user).update(ctl.user_totals(user))
+            # Spent at the price the user was given, not at its own controller's.
+            tenants.for_tenant(user).update(ctl.user_totals(user), spent_at=spent[user])
         # A user's price is the higher of its own and the cluster's: neither budget is
         # exceeded to please the other.
         prices = {user: tenants.price(user) for user in self._users}
+        self._user_prices = prices
         for burst in self._bursts:
             burst.user_prices = prices
         if self.reserve is not None:

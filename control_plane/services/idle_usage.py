@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, Float, bindparam, case, func, or_, select, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Select,
+    Table,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    union_all,
+)
 from sqlmodel import Session
 
 from control_plane.db.models import AllocationRow, HoldRow
 from control_plane.scheduling.idle_budget import IDLE_BUDGET_WINDOW_S, IdleUsage
 from control_plane.schemas.enums import HoldStatus
+from control_plane.services import sql
 
-HOLD = HoldRow.__table__
-ALLOC = AllocationRow.__table__
+HOLD: Table = HoldRow.__table__  # type: ignore[attr-defined]
+ALLOC: Table = AllocationRow.__table__  # type: ignore[attr-defined]
 _NOW = bindparam("now", type_=Float)
 _LO = bindparam("lo", type_=Float)
 
@@ -25,7 +37,9 @@ def _end(ended: ColumnElement[float | None]) -> ColumnElement[float]:
     return case((or_(ended.is_(None), ended > _NOW), _NOW), else_=ended)
 
 
-def _gpu_seconds(start: ColumnElement[float], end: ColumnElement[float], gpus) -> ColumnElement:  # type: ignore[no-untyped-def]
+def _gpu_seconds(
+    start: ColumnElement[float], end: ColumnElement[float], gpus: ColumnElement[int]
+) -> ColumnElement[float]:
     """The GPU-seconds of [start, end] inside [lo, now] (end is at most now already)."""
     begin = _later(start, _LO)
     return case((end > begin, (end - begin) * gpus), else_=0.0)
@@ -45,7 +59,12 @@ def _busy() -> ColumnElement[float]:
     return _gpu_seconds(ALLOC.c.allocated_at, _end(ALLOC.c.released_at), ALLOC.c.gpu_count)
 
 
-def _window_sum(table, started, ended, value: ColumnElement[float]):  # type: ignore[no-untyped-def]
+def _window_sum(
+    table: Table,
+    started: ColumnElement[float | None],
+    ended: ColumnElement[float | None],
+    value: ColumnElement[float],
+) -> Select[tuple[float]]:
     """SUM(value) over the tenant's rows that started and still run, or ended in the window:
     two index ranges of (tenant, end) rather than every row of the tenant."""
     tenant = table.c.tenant_id == bindparam("tenant")
@@ -67,6 +86,7 @@ def tenant_idle_usage(
     if not window_s > 0:
         raise ValueError("window_s must be positive")
     params = {"tenant": tenant_id, "now": now, "lo": now - window_s}
-    idle = session.connection().execute(IDLE_SUM, params).scalar_one()
-    busy = session.connection().execute(BUSY_SUM, params).scalar_one()
-    return IdleUsage(window_s=window_s, idle_gpu_s=float(idle), busy_gpu_s=float(busy))
+    # Prebuilt reads on the cursor (one round trip on PostgreSQL): inside a writer's batch
+    # they count as no change, so a hold refused here fails alone, not its whole batch.
+    (_, idle), (_, busy) = sql.run_together(session, [(IDLE_SUM, params), (BUSY_SUM, params)])
+    return IdleUsage(window_s=window_s, idle_gpu_s=float(idle[0][0]), busy_gpu_s=float(busy[0][0]))

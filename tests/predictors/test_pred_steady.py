@@ -100,3 +100,11 @@ def test_tenants_get_steady_controllers_of_their_own_budget() -> None:
     heavy.add_period(at=HOUR, extra_idle_gpu_s=HOUR * 100, busy_gpu_s=HOUR * 10)
     assert budgets.price("heavy") == heavy.price > 0.01
     assert budgets.price("light") == budgets.cluster.price == 0.01
+
+
+def test_a_period_is_kept_with_the_price_actually_paid() -> None:
+    steady = SteadyController(0.05, price=0.01)
+    steady.add_period(at=HOUR, extra_idle_gpu_s=0.0, busy_gpu_s=HOUR, spent_at=0.04)
+    steady.update(Totals(HOUR, 0.0, 0.0, 0.0))
+    steady.update(Totals(2 * HOUR, HOUR, 0.0, 0.0), spent_at=0.03)
+    assert [p[3] for p in steady.periods] == [0.04, 0.03]

@@ -75,7 +75,7 @@ def test_the_price_rises_when_over_budget_falls_under_it_and_steps_at_its_pace(
     over = PredictionLog(tmp_path / "over.db")
     _idle_day(over, NOW)
     member = SimpleNamespace(price=1.0)
-    steer = IdleSteer(0.05, window_s=3600, every_s=300)
+    steer = IdleSteer(0.05, steer="pi", window_s=3600, every_s=300)
     start = price_for_budget(0.05)
     price = steer.step(over, NOW, [member])
     assert steer.last is not None and steer.last.ratio == 0.5
@@ -90,7 +90,7 @@ def test_the_price_rises_when_over_budget_falls_under_it_and_steps_at_its_pace(
 
     under = PredictionLog(tmp_path / "under.db")
     _job(under, NOW - 3600, 8, None)  # 8 busy GPU-hours, nothing idle
-    low = IdleSteer(0.05, window_s=3600)
+    low = IdleSteer(0.05, steer="pi", window_s=3600)
     assert low.step(under, NOW, []) < start and low.last and low.last.ratio == 0.0
     under.close()
 
@@ -100,22 +100,22 @@ def test_the_steady_controller_counts_each_step_as_a_period_after_a_first_whole_
 ) -> None:
     log = PredictionLog(tmp_path / "p.db")
     _idle_day(log, NOW)
-    steer = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    steer = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300, period_s=300)
     assert isinstance(steer.controller, SteadyController)
     start = price_for_budget(0.05)
     # The whole window, spent at the starting price: ten times the budget, so the price
     # rises as far as one step lets it.
     assert steer.step(log, NOW, []) == pytest.approx(2 * start)
     assert steer.last is not None and steer.last.ratio == 0.5
-    # Five minutes later: only those five minutes are a new period (nothing idled or ran in
-    # them), and the window's ratio still calls for a higher price.
+    # Five minutes later: only those five minutes are a new period (a 2-GPU job ran 240 s of
+    # them, nothing idled), and the window's ratio still calls for a higher price.
     _job(log, NOW + 60, 2, NOW + 300)
     steer.step(log, NOW + 300, [])
-    periods = list(steer.controller._periods)
-    assert [p[1:] for p in periods] == [
-        (7200.0 * 3600 / 3600, 4 * 3600.0, start),
-        (0.0, 480.0, 2 * start),
-    ]
+    # (end, extra idle, busy, price in force), in GPU-seconds.
+    assert steer.controller.periods == (
+        (NOW, 2 * 3600.0, 4 * 3600.0, start),
+        (NOW + 300, 0.0, 2 * 240.0, 2 * start),
+    )
     assert steer.price > 2 * start
     log.close()
 
@@ -123,14 +123,14 @@ def test_the_steady_controller_counts_each_step_as_a_period_after_a_first_whole_
 def test_a_restarted_agent_takes_its_steady_price_and_periods_back(tmp_path: Path) -> None:
     log = PredictionLog(tmp_path / "p.db")
     _idle_day(log, NOW)
-    first = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    first = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300, period_s=300)
     first.step(log, NOW, [])
     first.step(log, NOW + 300, [])
     assert first.price > 2 * price_for_budget(0.05)  # two steps up from the start
     # A new agent process on the same log, ten minutes later: it goes on from that price, and
     # its first period is only the time since the last run's last step.
     _job(log, NOW + 400, 1, NOW + 900)
-    again = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    again = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300, period_s=300)
     assert isinstance(again.controller, SteadyController)
     again.step(log, NOW + 900, [])
     ends = [p[0] for p in again.controller.periods]
@@ -138,15 +138,42 @@ def test_a_restarted_agent_takes_its_steady_price_and_periods_back(tmp_path: Pat
     assert again.controller.periods[-1][1:3] == (0.0, 500.0)
     assert again.controller.periods[-1][3] == first.price  # spent at the price taken back
     # Another budget, or what was saved unreadable: a fresh start over the whole window.
-    other = IdleSteer(0.1, steer="steady", window_s=3600, every_s=300)
+    other = IdleSteer(0.1, steer="steady", window_s=3600, every_s=300, period_s=300)
     other.step(log, NOW + 1200, [])
     assert len(other.controller.periods) == 1
     saved = json.loads(log.get_meta(STEER_META_KEY) or "{}")
     log.set_meta(STEER_META_KEY, json.dumps({**saved, "budget": 0.05, "periods": [["x"]]}))
-    broken = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300)
+    broken = IdleSteer(0.05, steer="steady", window_s=3600, every_s=300, period_s=300)
     broken.step(log, NOW + 1500, [])
     assert len(broken.controller.periods) == 1
     assert broken.controller.periods[0][3] == price_for_budget(0.05)
+    log.close()
+
+
+def test_steady_periods_are_hours_and_a_clock_behind_or_a_bad_record_is_survived(
+    tmp_path: Path,
+) -> None:
+    log = PredictionLog(tmp_path / "p.db")
+    _idle_day(log, NOW)
+    steer = IdleSteer(0.05, steer="steady", window_s=7200, every_s=300)
+    for minutes in range(0, 65, 5):  # steps every five minutes for an hour
+        steer.step(log, NOW + 60 * minutes, [])
+    assert [p[0] for p in steer.controller.periods] == [NOW, NOW + 3600]
+    # Restarted with the clock ten minutes behind the last period's end: it takes the record
+    # back, and its first period is empty rather than the whole window again.
+    behind = IdleSteer(0.05, steer="steady", window_s=7200, every_s=300)
+    behind.step(log, NOW + 3000, [])
+    assert [p[0] for p in behind.controller.periods] == [NOW, NOW + 3600, NOW + 3000]
+    assert behind.controller.periods[-1][1:3] == (0.0, 0.0)
+    # A record whose numbers are not finite is not taken back.
+    saved = json.loads(log.get_meta(STEER_META_KEY) or "{}")
+    saved["periods"][0][1] = float("nan")
+    log.set_meta(STEER_META_KEY, json.dumps(saved))
+    fresh = IdleSteer(0.05, steer="steady", window_s=7200, every_s=300)
+    fresh.step(log, NOW + 4000, [])
+    assert len(fresh.controller.periods) == 1
+    log.set_meta(STEER_META_KEY, "{not json")
+    IdleSteer(0.05, steer="steady", window_s=7200).step(log, NOW + 4200, [])
     log.close()
 
 
