@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from math import isfinite
 
 from predictors.budget import (
     DEFAULT_STEER,
@@ -173,6 +174,8 @@ class IdleSteer:
             ):
                 return controller.window_s
             ended = float(saved["period_from"])
+            if not isfinite(ended):
+                return controller.window_s
             controller.resume(
                 price=float(saved["price"]), periods=saved.get("periods") or [], until=ended
             )

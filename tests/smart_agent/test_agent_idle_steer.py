@@ -172,6 +172,11 @@ def test_steady_periods_are_hours_and_a_clock_behind_or_a_bad_record_is_survived
     fresh = IdleSteer(0.05, steer="steady", window_s=7200, every_s=300)
     fresh.step(log, NOW + 4000, [])
     assert len(fresh.controller.periods) == 1
+    saved = json.loads(log.get_meta(STEER_META_KEY) or "{}")
+    log.set_meta(STEER_META_KEY, json.dumps({**saved, "period_from": float("nan")}))
+    nan_end = IdleSteer(0.05, steer="steady", window_s=7200, every_s=300)
+    nan_end.step(log, NOW + 4100, [])
+    assert len(nan_end.controller.periods) == 1
     log.set_meta(STEER_META_KEY, "{not json")
     IdleSteer(0.05, steer="steady", window_s=7200).step(log, NOW + 4200, [])
     log.close()
