@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
 from math import exp, isfinite, log
-from typing import Protocol
 
 DEFAULT_BUDGET = 0.05  # idle GPU-hours per busy GPU-hour, over what reactive would idle
 DEFAULT_WINDOW_S = 24 * 3600.0
@@ -49,7 +49,49 @@ class Totals:
     reactive_idle_gpu_s: float
 
 
-class BudgetController:
+class PriceController(ABC):
+    """What steers a price to an idle budget (`BudgetController`, `SteadyController`): the
+    budget, the window, the price (where it starts, its bounds), the share of the budget
+    aimed at, and the work a window needs before it is judged."""
+
+    def __init__(
+        self,
+        budget: float,
+        *,
+        window_s: float,
+        price: float,
+        target: float,
+        min_price: float,
+        max_price: float,
+        min_busy_gpu_s: float,
+    ) -> None:
+        if not budget >= 0:
+            raise ValueError(f"budget must not be negative, not {budget}")
+        if not window_s > 0:
+            raise ValueError("window_s must be positive")
+        if not 0 < min_price <= price <= max_price:
+            raise ValueError("price must lie in [min_price, max_price], both positive")
+        if not 0 < target <= 1:
+            raise ValueError(f"target must be in (0, 1], not {target}")
+        self.budget = budget
+        self.window_s = window_s
+        self.start_price = self.price = price
+        self.target = target
+        self.min_price = min_price
+        self.max_price = max_price
+        self.min_busy_gpu_s = min_busy_gpu_s
+        self.updates = 0
+
+    @abstractmethod
+    def ratio(self) -> float | None:
+        """The window's extra idle over busy, None before it has enough work to judge."""
+
+    @abstractmethod
+    def update(self, totals: Totals, spent_at: float | None = None) -> float:
+        """Record running totals and return the price to use from now on."""
+
+
+class BudgetController(PriceController):
     """Keeps the realised idle within `budget` over a sliding `window_s`, by moving a price.
 
     The measure is what an operator sets: (idle - reactive's idle) / busy GPU time, i.e. the
@@ -76,26 +118,21 @@ class BudgetController:
         max_price: float = MAX_PRICE,
         min_busy_gpu_s: float = 3600.0,
     ) -> None:
-        if not budget >= 0:
-            raise ValueError(f"budget must not be negative, not {budget}")
-        if not window_s > 0:
-            raise ValueError("window_s must be positive")
-        if not 0 < min_price <= price <= max_price:
-            raise ValueError("price must lie in [min_price, max_price], both positive")
-        if not (kp >= 0 and ki >= 0) or not 0 < target <= 1:
-            raise ValueError("kp and ki must not be negative, and target in (0, 1]")
-        self.budget = budget
-        self.window_s = window_s
-        self.start_price = self.price = price
+        if not (kp >= 0 and ki >= 0):
+            raise ValueError("kp and ki must not be negative")
+        super().__init__(
+            budget,
+            window_s=window_s,
+            price=price,
+            target=target,
+            min_price=min_price,
+            max_price=max_price,
+            min_busy_gpu_s=min_busy_gpu_s,
+        )
         self.kp = kp
         self.ki = ki
-        self.target = target
-        self.min_price = min_price
-        self.max_price = max_price
-        self.min_busy_gpu_s = min_busy_gpu_s
         self._samples: deque[Totals] = deque()
         self._integral = 0.0
-        self.updates = 0
 
     def ratio(self) -> float | None:
         """The window's extra idle over busy, None before it has enough work to judge."""
@@ -140,20 +177,6 @@ class BudgetController:
         return self.price
 
 
-class PriceController(Protocol):
-    """What steers a price to an idle budget (`BudgetController`, `SteadyController`)."""
-
-    budget: float
-    window_s: float
-    price: float
-    start_price: float
-    updates: int
-
-    def ratio(self) -> float | None: ...
-
-    def update(self, totals: Totals, spent_at: float | None = None) -> float: ...
-
-
 class TenantBudgets:
     """One controller per tenant plus one for the whole cluster; a tenant's price is the
     higher of the two, so neither budget is exceeded to please the other. `make` builds a
@@ -185,7 +208,7 @@ class TenantBudgets:
         return max(self.cluster.price, own.price if own is not None else 0.0)
 
 
-class SteadyController:
+class SteadyController(PriceController):
     """Keeps the realised idle within `budget` by estimating the one steady price that would
     have met it over the sliding `window_s`, instead of steering each window to it.
 
@@ -213,27 +236,22 @@ class SteadyController:
         max_price: float = MAX_PRICE,
         min_busy_gpu_s: float = 3600.0,
     ) -> None:
-        if not budget >= 0:
-            raise ValueError(f"budget must not be negative, not {budget}")
-        if not window_s > 0:
-            raise ValueError("window_s must be positive")
-        if not 0 < min_price <= price <= max_price:
-            raise ValueError("price must lie in [min_price, max_price], both positive")
-        if not elasticity > 0 or not max_step > 1 or not 0 < target <= 1:
-            raise ValueError("elasticity must be positive, max_step above 1, target in (0, 1]")
-        self.budget = budget
-        self.window_s = window_s
-        self.start_price = self.price = price
+        if not elasticity > 0 or not max_step > 1:
+            raise ValueError("elasticity must be positive, and max_step above 1")
+        super().__init__(
+            budget,
+            window_s=window_s,
+            price=price,
+            target=target,
+            min_price=min_price,
+            max_price=max_price,
+            min_busy_gpu_s=min_busy_gpu_s,
+        )
         self.elasticity = elasticity
         self.max_step = max_step
-        self.target = target
-        self.min_price = min_price
-        self.max_price = max_price
-        self.min_busy_gpu_s = min_busy_gpu_s
         # (end, extra idle, busy, price in force): one per period, within the window.
         self._periods: deque[tuple[float, float, float, float]] = deque()
         self._last: Totals | None = None
-        self.updates = 0
 
     @property
     def periods(self) -> tuple[tuple[float, float, float, float], ...]:

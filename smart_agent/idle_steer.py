@@ -88,12 +88,13 @@ def realised(
 
 
 class IdleSteer:
-    """Feeds a price controller the agent's realised idle and busy every `every_s` and sets
-    the price of the priced forecasters it is given, so the price follows what was idled.
+    """Feeds a price controller the agent's realised idle and busy and sets the price of the
+    priced forecasters it is given, so the price follows what was idled.
 
     `steer` picks the controller (predictors/budget.py): `steady` learns the one price that
     meets the budget over its window from periods of `period_s` (an hour, as in the replay),
-    each spent at the price then in force; `pi` steers from the window's ratio at each step.
+    each spent at the price then in force; `pi` steers from the window's ratio every
+    `every_s`.
     The steady controller's price and periods are saved in the prediction log at each step,
     and a restarted agent takes them back (`_since`)."""
 
@@ -128,30 +129,32 @@ class IdleSteer:
         return self.controller.price
 
     def step(self, log: PredictionLog, now: float, priced: Iterable[object]) -> float:
-        """Measure and steer when due; always hand the current price to `priced`."""
-        last = self.last
-        if last is None or now - last.at >= self.every_s:
-            window = self.controller.window_s
-            self.last = realised(log, now, window_s=window, lead_s=self.lead_s)
-            controller = self.controller
+        """Measure and steer when due (the PI controller every `every_s`, the steady one as
+        each period of `period_s` closes); always hand the current price to `priced`."""
+        controller = self.controller
+        if isinstance(controller, SteadyController):
+            due = self._period_from is None or now - self._period_from >= self.period_s
+        else:
+            due = self.last is None or now - self.last.at >= self.every_s
+        if due:
+            self.last = realised(log, now, window_s=controller.window_s, lead_s=self.lead_s)
             if isinstance(controller, SteadyController):
-                self._period(log, controller, now)
+                self._close_period(log, controller, now)
             else:
                 controller.observe(
                     extra_idle_gpu_s=self.last.idle_gpu_s, busy_gpu_s=self.last.busy_gpu_s
                 )
             log.set_meta(STEER_META_KEY, json.dumps(self.snapshot()))
         for member in priced:
-            member.price = self.controller.price  # type: ignore[attr-defined]
-        return self.controller.price
+            member.price = controller.price  # type: ignore[attr-defined]
+        return controller.price
 
-    def _period(self, log: PredictionLog, controller: SteadyController, now: float) -> None:
-        """Close the open period once it lasted `period_s` (at once after a start)."""
-        since = self._since(log, controller, now) if self._period_from is None else None
-        if since is None:
-            assert self._period_from is not None
-            if now - self._period_from < self.period_s:
-                return
+    def _close_period(self, log: PredictionLog, controller: SteadyController, now: float) -> None:
+        """Give the controller the period since the last one closed (after a start: since
+        the last run's, or the whole window)."""
+        if self._period_from is None:
+            since = self._since(log, controller, now)
+        else:
             since = now - self._period_from
         period = realised(log, now, window_s=min(controller.window_s, since), lead_s=self.lead_s)
         controller.add_period(

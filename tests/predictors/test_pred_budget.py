@@ -52,7 +52,7 @@ def test_the_price_stays_within_its_bounds() -> None:
         ({"budget": -0.1}, "budget must not be negative"),
         ({"window_s": 0}, "window_s must be positive"),
         ({"price": 200.0}, "price must lie in"),
-        ({"target": 1.5}, "target in"),
+        ({"target": 1.5}, "target must be in"),
     ],
 )
 def test_bad_settings_are_refused(kwargs: dict[str, float], message: str) -> None:

@@ -86,6 +86,7 @@ def test_periods_leave_the_window_and_the_price_stays_within_bounds() -> None:
         ({"price": 200.0}, "price must lie in"),
         ({"elasticity": 0.0}, "elasticity must be positive"),
         ({"max_step": 1.0}, "max_step above 1"),
+        ({"target": 0.0}, "target must be in"),
     ],
 )
 def test_bad_settings_are_refused(kwargs: dict[str, float], message: str) -> None:

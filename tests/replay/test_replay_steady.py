@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from control_plane.replay.api import load_plugins
 from control_plane.replay.budget_policy import BudgetedPolicy
 from control_plane.replay.engine import SimConfig, Simulator
 from control_plane.replay.policies import make_policy
-from control_plane.replay.trace import Job
 from predictors.budget import DEFAULT_STEADY_WINDOW_S, BudgetController, SteadyController
+from tests.replay.synthetic import hidden_user, random_submitters
 
 
 def _policy(spec: str) -> BudgetedPolicy:
@@ -53,15 +51,7 @@ def test_the_steady_controller_pulls_realised_idle_toward_the_budget() -> None:
     # Four users, 2-GPU jobs of 600 s at random (mean gap 1500 s) for four days: started at a
     # price far too cheap, the controller raises it, cutting the idle more than five times
     # (on so sparse a trace, whose idle falls off a cliff with price, not to the budget).
-    rng = random.Random(7)
-    rows = []
-    for user in "abcd":
-        t = 0.0
-        while t < 4 * 86400:
-            t += rng.expovariate(1 / 1500.0)
-            rows.append((user, float(round(t)), 2, 600.0))
-    rows.sort(key=lambda r: r[1])
-    jobs = [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(rows)]
+    jobs = random_submitters("abcd", days=4)
     config = SimConfig(64, gpus_per_node=8, cold_start_s=120.0)
     spec = "default:budget=0.05,price=0.0005,steer=steady,window=43200"
     fixed = Simulator(jobs, _policy("default:budget=0.05,price=0.0005,period=1e12"), config).run()
@@ -76,15 +66,7 @@ def test_the_steady_controller_pulls_realised_idle_toward_the_budget() -> None:
 def test_each_users_periods_are_kept_at_the_price_it_paid() -> None:
     # A user pays the higher of its own price and the cluster's: its controller must learn
     # from that price, never from a lower one of its own.
-    rng = random.Random(11)
-    rows = []
-    t = 0.0
-    while t < 2 * 86400:
-        t += rng.expovariate(1 / 1500.0)
-        rows.append(("a", float(round(t)), 2, 600.0))
-    rows += [("c", 14400.0 * i + 5, 8, 14400.0) for i in range(12)]
-    rows.sort(key=lambda r: r[1])
-    jobs = [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(rows)]
+    jobs = hidden_user()
     policy = _policy("default:budget=0.05,steer=steady,window=21600,tenants=1")
     Simulator(jobs, policy, SimConfig(64, gpus_per_node=8, cold_start_s=100.0)).run()
     assert policy.tenants is not None

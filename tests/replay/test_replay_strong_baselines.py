@@ -4,7 +4,6 @@ the cold start, ensemble options, a clump size above the cap refused, the histog
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,13 @@ from control_plane.replay.engine import SimConfig, Simulator
 from control_plane.replay.policies import Control, Policy, make_policy
 from control_plane.replay.trace import Job
 from smart_agent.cli.main import app
+from tests.replay.synthetic import as_jobs, random_submitters
 
 COLD = 100.0
 
 
 def _jobs(*rows: tuple[str, float, int, float]) -> list[Job]:
-    ordered = sorted(rows, key=lambda r: r[1])
-    return [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(ordered)]
+    return as_jobs(list(rows))
 
 
 def _sim(
@@ -109,14 +108,7 @@ def test_clumps_larger_than_five_jobs_are_forecast_not_cut() -> None:
 def test_the_default_policy_pulls_realised_idle_toward_its_budget() -> None:
     # Four users, 2-GPU jobs of 600 s at random (mean gap 1500 s) for three days: a cheap
     # fixed price holds far too much; started at that price, the controller raises it.
-    rng = random.Random(7)
-    rows = []
-    for user in "abcd":
-        t = 0.0
-        while t < 3 * 86400:
-            t += rng.expovariate(1 / 1500.0)
-            rows.append((user, float(round(t)), 2, 600.0))
-    jobs = _jobs(*rows)
+    jobs = random_submitters("abcd", days=3)
     reactive = _sim(jobs, "reactive", capacity=64).run()
     fixed = _sim(jobs, "burst:price=0.0005,jobs=4,fit=0,size=ending", capacity=64).run()
     steered = _sim(jobs, "default:budget=0.05,price=0.0005,window=21600", capacity=64).run()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from control_plane.replay.api import load_plugins
@@ -12,21 +10,7 @@ from control_plane.replay.engine import SimConfig, Simulator
 from control_plane.replay.policies import make_policy
 from control_plane.replay.trace import Job
 from predictors.budget import SteadyController
-
-
-def _trace(days: float = 2.0) -> list[Job]:
-    """User a submits 2-GPU jobs at random (mean gap 1500 s): holds for a are mostly idle.
-    User c runs 8 GPUs around the clock in 4-hour jobs: busy time that dilutes the cluster's
-    ratio, so a cluster-wide controller alone lets a idle far over the budget."""
-    rng = random.Random(11)
-    rows: list[tuple[str, float, int, float]] = []
-    t = 0.0
-    while t < days * 86400:
-        t += rng.expovariate(1 / 1500.0)
-        rows.append(("a", float(round(t)), 2, 600.0))
-    rows += [("c", 14400.0 * i + 5, 8, 14400.0) for i in range(int(days * 6))]
-    rows.sort(key=lambda r: r[1])
-    return [Job(i, f"j{i}", u, s, g, d) for i, (u, s, g, d) in enumerate(rows)]
+from tests.replay.synthetic import hidden_user
 
 
 def _extra(sim: Simulator, user: str) -> float:
@@ -42,7 +26,7 @@ def _sim(jobs: list[Job], spec: str) -> tuple[Simulator, BudgetedPolicy]:
 
 
 def test_per_user_totals_add_up_to_the_clusters() -> None:
-    sim, _ = _sim(_trace(0.5), "default:budget=0.05,tenants=1")
+    sim, _ = _sim(hidden_user(0.5), "default:budget=0.05,tenants=1")
     sim.run()
     whole = sim.totals()
     parts = [sim.user_totals(u) for u in "ac"]
@@ -53,7 +37,7 @@ def test_per_user_totals_add_up_to_the_clusters() -> None:
 
 
 def test_a_user_over_its_budget_is_priced_by_its_own_controller() -> None:
-    jobs = _trace()
+    jobs = hidden_user()
     # The day-by-day controller, over a window short enough for a two-day trace.
     spec = "default:budget=0.05,steer=pi,window=21600"
     sim, policy = _sim(jobs, f"{spec},tenants=1")
