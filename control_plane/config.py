@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from control_plane.db.engine import DEFAULT_DATABASE_URL
 
@@ -54,6 +62,9 @@ class ServerSettings(BaseModel):
     heartbeat_flush_s: float = Field(
         default=0.5, ge=0, le=60, description="Write-behind period of heartbeats; 0 writes each."
     )
+    # "heartbeats": this server takes only nodes' heartbeats, next to a main server on the
+    # same database (docs/operations.md); it runs no periodic jobs.
+    role: Literal["all", "heartbeats"] = "all"
     run_jobs: bool = True
     retention_days: float = Field(default=30.0, gt=0, le=3650)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
@@ -84,6 +95,23 @@ class ServerSettings(BaseModel):
     anonymous_rate_per_s: float = Field(default=200.0, gt=0)
     anonymous_burst: float = Field(default=400.0, ge=1)
 
+    @field_validator("run_jobs")
+    @classmethod
+    def _no_jobs_in_heartbeats_role(cls, value: bool, info: ValidationInfo) -> bool:
+        # Runs only for a value given (file, variable or flag), not for the default.
+        if value and info.data.get("role") == "heartbeats":
+            raise ValueError(
+                "a server with role 'heartbeats' runs no periodic jobs (allowed with that "
+                "role: false; the main server runs them)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeats_role_runs_no_jobs(self) -> ServerSettings:
+        if self.role == "heartbeats":
+            self.run_jobs = False
+        return self
+
 
 ENV_KEYS = {
     "JITGPU_HOST": "host",
@@ -95,6 +123,7 @@ ENV_KEYS = {
     "JITGPU_JOBS_INTERVAL_S": "jobs_interval_s",
     "JITGPU_HEARTBEAT_FLUSH_S": "heartbeat_flush_s",
     "JITGPU_RUN_JOBS": "run_jobs",
+    "JITGPU_ROLE": "role",
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
     "JITGPU_LOG_FORMAT": "log_format",

@@ -44,6 +44,13 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     if settings.database_url.startswith("sqlite:///"):
         # Say where the data is: a newcomer should never have to guess which file it was.
         print(f"database: {settings.database_url}", file=sys.stderr, flush=True)
+    if settings.role == "heartbeats":
+        print(
+            "role heartbeats: this server takes node heartbeats only (421 for anything else); "
+            "the main server on the same database runs the rest and the periodic jobs",
+            file=sys.stderr,
+            flush=True,
+        )
     logs.configure(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)

@@ -17,6 +17,7 @@ from control_plane.api.keycache import KeyCache
 from control_plane.api.limits import BodySizeLimit
 from control_plane.api.nodework import NodeWorkBoard
 from control_plane.api.ratelimit import AnonymousRateLimit, RateLimiter, RateLimits
+from control_plane.api.roles import RoleGate
 from control_plane.api.routers import allocations, health, holds, node_identity, nodes, tenants
 from control_plane.config import ServerSettings
 from control_plane.db import migrate
@@ -39,11 +40,14 @@ class ControlPlaneApp(FastAPI):
 
     def build_middleware_stack(self) -> ASGIApp:
         framework = super().build_middleware_stack()
-        hot = HotRoutes(
+        settings = self.state.settings
+        hot: ASGIApp = HotRoutes(
             framework,
             counter=self.instruments.hot_routes,
-            max_body_bytes=self.state.settings.max_body_bytes,
+            max_body_bytes=settings.max_body_bytes,
         )
+        if settings.role != "all":
+            hot = RoleGate(hot, role=settings.role)
         return observability.RequestObserver(hot, histogram=self.instruments.requests)
 
 

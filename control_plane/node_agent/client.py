@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +24,13 @@ from control_plane.schemas.nodes import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger("jitgpu.node")
+
+# After the heartbeat server fails, heartbeats go to the main server this long before the
+# heartbeat server is tried again: a host that does not answer would otherwise cost every
+# beat a whole request timeout, late enough for the control plane to count the node dead.
+HEARTBEAT_FALLBACK_S = 60.0
 
 
 class ApiError(Exception):
@@ -48,7 +57,11 @@ class Rejected(ApiError):
 
 
 class ControlPlane:
-    """Blocking client; `http` may be any httpx.Client (tests pass the app's TestClient)."""
+    """Blocking client; `http` may be any httpx.Client (tests pass the app's TestClient).
+
+    With `heartbeats`, the URL of a heartbeats-role server on the same database, heartbeats go
+    there and everything else to `server`; when it fails (no answer, 5xx, 429) that heartbeat
+    and those of the next HEARTBEAT_FALLBACK_S go to `server`, so the node stays alive."""
 
     def __init__(
         self,
@@ -57,14 +70,24 @@ class ControlPlane:
         *,
         timeout: float = 10.0,
         http: httpx.Client | None = None,
+        heartbeats: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.server = server.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = timeout
         self.http = http or httpx.Client(base_url=self.server, timeout=timeout)
+        self.heartbeats = heartbeats.rstrip("/") if heartbeats else None
+        self._beats = (
+            httpx.Client(base_url=self.heartbeats, timeout=timeout) if self.heartbeats else None
+        )
+        self._clock = clock
+        self._beats_back_at = 0.0  # when the heartbeat server is tried again after a failure
 
     def close(self) -> None:
         self.http.close()
+        if self._beats is not None:
+            self._beats.close()
 
     def set_token(self, token: str) -> None:
         # In place: a twin shares this dict, so that its long poll follows a rotation.
@@ -91,7 +114,20 @@ class ControlPlane:
         return self._post("/v1/nodes", body, Node)
 
     def heartbeat(self, node_id: str, body: Heartbeat) -> HeartbeatReply:
-        return self._post(f"/v1/nodes/{node_id}/heartbeat", body, HeartbeatReply)
+        path = f"/v1/nodes/{node_id}/heartbeat"
+        if self._beats is not None and self._clock() >= self._beats_back_at:
+            try:
+                return self._post(path, body, HeartbeatReply, http=self._beats)
+            except Unreachable as exc:
+                self._beats_back_at = self._clock() + HEARTBEAT_FALLBACK_S
+                log.warning(
+                    "heartbeat server %s failed (%s): heartbeats go to %s for %.0fs",
+                    self.heartbeats,
+                    exc,
+                    self.server,
+                    HEARTBEAT_FALLBACK_S,
+                )
+        return self._post(path, body, HeartbeatReply)
 
     def report_warmup(self, node_id: str, hold_id: str, body: WarmupReport) -> Hold:
         return self._post(f"/v1/nodes/{node_id}/holds/{hold_id}/warmup", body, Hold)
@@ -127,10 +163,12 @@ class ControlPlane:
         body: BaseModel | None,
         parse: type[M],
         headers: dict[str, str] | None = None,
+        *,
+        http: httpx.Client | None = None,
     ) -> M:
         payload = None if body is None else body.model_dump(mode="json", exclude_none=True)
         try:
-            r = self.http.post(path, json=payload, headers=headers or self._headers)
+            r = (http or self.http).post(path, json=payload, headers=headers or self._headers)
         except httpx.TransportError as exc:
             raise Unreachable(_transport(exc)) from exc
         return _parse(r, parse)

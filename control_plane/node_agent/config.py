@@ -24,6 +24,7 @@ from control_plane.schemas.common import MAX_NAME_LEN, NAME_PATTERN, GpuModel
 
 ENV_KEYS = {
     "JITGPU_SERVER": "server",
+    "JITGPU_HEARTBEAT_SERVER": "heartbeat_server",
     "JITGPU_NODE_TOKEN": "token",
     "JITGPU_ENROL_TOKEN": "enrol_token",
 }
@@ -135,6 +136,9 @@ class TasksConfig(_Strict):
 
 class AgentConfig(_Strict):
     server: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    # A heartbeats-role server on the same database (docs/operations.md): heartbeats go there,
+    # everything else to `server`, which also takes the heartbeats while this one fails.
+    heartbeat_server: str | None = Field(default=None, pattern=r"^https?://\S+$")
     token: str | None = Field(default=None, min_length=1)
     # Traded once for this node's own credential, which is kept in state_dir.
     enrol_token: str | None = Field(default=None, min_length=1)

@@ -24,6 +24,7 @@ EXIT_CONFIG = 2
 def run_node(
     *,
     server: str | None = None,
+    heartbeat_server: str | None = None,
     token: str | None = None,
     enrol_token: str | None = None,
     name: str | None = None,
@@ -37,6 +38,7 @@ def run_node(
     simulated: dict[str, Any] = {"count": simulated_gpus, "model": gpu_model}
     overrides: dict[str, Any] = {
         "server": server,
+        "heartbeat_server": heartbeat_server,
         "token": token,
         "enrol_token": enrol_token,
         "name": name,
@@ -93,7 +95,12 @@ def run_node(
             print(f"error: {key} {folder}: {exc.strerror}", file=sys.stderr)
             return EXIT_CONFIG
     # No token yet: the agent enrols (or loads its stored credential) before its first call.
-    client = ControlPlane(cfg.server, cfg.token or "", timeout=cfg.request_timeout_s)
+    client = ControlPlane(
+        cfg.server,
+        cfg.token or "",
+        timeout=cfg.request_timeout_s,
+        heartbeats=cfg.heartbeat_server,
+    )
     # The long poll's client shares the credential, whatever enrolment or rotation sets.
     watch = client.twin() if cfg.long_poll_s > 0 else None
     agent = Agent(
@@ -106,13 +113,15 @@ def run_node(
         credentials=store,
     )
     log.info(
-        "node agent %s starting: %d %s GPU(s) (%s backend), control plane %s, heartbeat every %gs",
+        "node agent %s starting: %d %s GPU(s) (%s backend), control plane %s, heartbeat every "
+        "%gs%s",
         node,
         len(agent.discovery.gpus),
         ", ".join(sorted({g.model for g in agent.discovery.gpus})) or "no",
         backend.kind,
         cfg.server,
         cfg.heartbeat_interval_s,
+        f" to {cfg.heartbeat_server}" if cfg.heartbeat_server else "",
     )
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -47,6 +47,11 @@ def server(
         None, envvar="JITGPU_ADMIN_TOKEN", help="Bearer token of the admin."
     ),
     no_jobs: bool = typer.Option(False, "--no-jobs", help="Do not run the periodic jobs."),
+    role: str | None = typer.Option(
+        None,
+        help="all, or heartbeats: take only nodes' heartbeats, next to a main server on the "
+        "same database (see docs/operations.md); also JITGPU_ROLE \\[default: all].",
+    ),
 ) -> None:
     """Run the control plane (REST API and periodic jobs)."""
     from control_plane.serve import run_server
@@ -57,6 +62,7 @@ def server(
         "database_url": database_url,
         "admin_token": admin_token,
         "run_jobs": False if no_jobs else None,
+        "role": role,
     }
     raise typer.Exit(run_server(config=config, overrides=overrides))
 
@@ -109,6 +115,12 @@ def node(
     server: str | None = typer.Option(
         None, "--server", envvar="JITGPU_SERVER", help="Control-plane URL."
     ),
+    heartbeat_server: str | None = typer.Option(
+        None,
+        "--heartbeat-server",
+        envvar="JITGPU_HEARTBEAT_SERVER",
+        help="URL of a heartbeats-role server for the heartbeats \\[default: --server].",
+    ),
     token: str | None = typer.Option(
         None,
         "--token",
@@ -141,6 +153,7 @@ def node(
     raise typer.Exit(
         run_node(
             server=server,
+            heartbeat_server=heartbeat_server,
             token=token,
             enrol_token=enrol_token,
             name=name,

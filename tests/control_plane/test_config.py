@@ -61,3 +61,16 @@ def test_the_shipped_server_yaml_loads_and_paths_follow_its_folder(tmp_path: Pat
     assert load_settings(path, env={}).database_url == f"sqlite:///{folder / 'state' / 'cp.db'}"
     path.write_text("database_url: sqlite:////abs/cp.db\n")
     assert load_settings(path, env={}).database_url == "sqlite:////abs/cp.db"
+
+
+def test_heartbeats_role_runs_no_jobs_and_refuses_being_told_to() -> None:
+    assert load_settings(env={"JITGPU_ROLE": "heartbeats"}).run_jobs is False
+    assert load_settings(env={}).run_jobs is True
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"JITGPU_ROLE": "heartbeats", "JITGPU_RUN_JOBS": "true"})
+    assert "key 'run_jobs'" in str(caught.value) and "allowed with that role: false" in str(
+        caught.value
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"JITGPU_ROLE": "ingest"})
+    assert "key 'role'" in str(caught.value) and "'all' or 'heartbeats'" in str(caught.value)

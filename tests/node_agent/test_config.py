@@ -126,3 +126,14 @@ def test_node_help_shows_the_name_default_literally() -> None:
     assert result.exit_code == 0
     # Rich reads square brackets as markup; the default must survive as text.
     assert "Node name [default: host name]." in result.output
+
+
+def test_heartbeat_server_defaults_to_none_and_is_checked_like_server(tmp_path: Path) -> None:
+    assert load_config(env={}).heartbeat_server is None
+    cfg = load_config(env={"JITGPU_HEARTBEAT_SERVER": "http://beats:8081"})
+    assert cfg.heartbeat_server == "http://beats:8081"
+    path = tmp_path / "node.yaml"
+    path.write_text("heartbeat_server: beats:8081\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert str(path) in str(caught.value) and "key 'heartbeat_server'" in str(caught.value)

@@ -1,0 +1,113 @@
+"""Real processes: a heartbeats-role server on the main server's database takes a node agent's
+heartbeats, the main server everything else; when it stops, the agent's heartbeats go to the
+main server and the node stays online."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.nodes import enrol_token
+from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ADMIN_TOKEN = "e2e-admin-token-0123456789abcdef"
+HEARTBEAT_S = 0.3
+TIMEOUT_S = 2.0  # the main server's heartbeat timeout: a node silent this long goes offline
+
+
+def heartbeats_served(server: ServerProc) -> float:
+    """Heartbeats this server answered, by its own metrics (either path: hot or framework)."""
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
+    )
+
+
+def test_heartbeats_go_to_the_heartbeat_server_and_fall_back_to_the_main_one(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'jitgpu.db'}"
+    main = ServerProc(
+        tmp_path,
+        database_url=url,
+        admin_token=ADMIN_TOKEN,
+        env={"JITGPU_HEARTBEAT_TIMEOUT_S": str(TIMEOUT_S), "JITGPU_JOBS_INTERVAL_S": "0.5"},
+        name="main",
+    ).start()
+    procs: list[Proc] = [main]
+    try:
+        main.wait_ready()
+        beats = ServerProc(
+            tmp_path,
+            database_url=url,
+            admin_token=ADMIN_TOKEN,
+            env={"JITGPU_ROLE": "heartbeats"},
+            name="beats",
+        ).start()
+        procs.append(beats)
+        beats.wait_ready()
+        admin = main.admin()
+        token = enrol_token(admin, "n1", {})
+        tenant = admin.post("/v1/tenants", json={"name": "e2e", "quota_gpus": 1}).json()
+        key = admin.post(f"/v1/tenants/{tenant['id']}/api-keys").json()["key"]
+        config = tmp_path / "node.yaml"
+        config.write_text(
+            yaml.safe_dump({"heartbeat_interval_s": HEARTBEAT_S, "cache_dir": str(tmp_path / "c")})
+        )
+        args = [*JITGPU, "node", "--server", main.url, "--heartbeat-server", beats.url]
+        args += ["--enrol-token", token, "--name", "n1", "--simulated-gpus", "1"]
+        node = Proc([*args, "--config", str(config)], log=tmp_path / "node.log").start()
+        procs.append(node)
+
+        def online() -> bool:
+            return [n["status"] for n in admin.get("/v1/nodes").json()] == ["online"]
+
+        wait_for(online, timeout=30, what="the node online")
+        wait_for(lambda: heartbeats_served(beats) >= 5, timeout=30, what="heartbeats at beats")
+        assert heartbeats_served(main) == 0
+
+        # Work still reaches the node through the main server (its long poll and reports).
+        user = httpx.Client(base_url=main.url, headers={"Authorization": f"Bearer {key}"})
+        job = user.post("/v1/allocations", json={"gpu_count": 1, "command": ["true"]}).json()
+
+        def finished() -> dict | None:
+            row = user.get(f"/v1/allocations/{job['id']}").json()
+            return row if row["status"] == "released" else None
+
+        assert wait_for(finished, timeout=30, what="the job to run")["task_status"] == "exited"
+
+        # Anything but a heartbeat is refused by the heartbeats-role server, and said why.
+        other = httpx.post(
+            f"{beats.url}/v1/allocations",
+            json={"gpu_count": 1},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert other.status_code == 421
+        assert other.json()["error"]["code"] == "misdirected"
+        assert httpx.get(f"{beats.url}/v1/nodes", timeout=5).status_code == 421
+
+        beats.stop()
+        # The main server takes the heartbeats now: more of them than its timeout lasts, and
+        # the node never went offline.
+        wait_for(
+            lambda: heartbeats_served(main) >= 2 * TIMEOUT_S / HEARTBEAT_S,
+            timeout=30,
+            what="heartbeats at the main server",
+        )
+        assert online()
+        events = admin.get("/v1/events", params={"limit": 1000}).json()
+        assert not [e for e in events if e["to_state"] == "offline"], events
+        assert "heartbeat server" in node.output() and "failed" in node.output()
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+    for proc in procs[:2]:
+        assert "SQLite supports one replica" not in proc.output(), proc.output()[-2000:]
+        assert "unhandled error" not in proc.output(), proc.output()[-2000:]
