@@ -1,20 +1,24 @@
 """Heartbeat ingestion: 1,250 simulated nodes x 8 GPUs of telemetry, and what it costs the
 allocation rate.
 
-    .venv/bin/python bench/heartbeat_ingest.py --runs 2 --pairs 4
+    .venv/bin/python bench/heartbeat_ingest.py --runs 1 --pairs 6
 
-Registers 1,250 nodes (10,000 GPUs) on a SQLite server, then measures (1) the most
-heartbeats per second the server absorbs (wrk, each request a node's full telemetry), and
-(2) allocate+release throughput under wrk in alternating windows: with no heartbeats, and
-while a second wrk sends the target heartbeat rate (1,250 nodes every 5 s = 250/s), paced by
-a random delay between each of its connections' requests. Each adjacent pair of windows gives
-one ratio; the median over all pairs is the figure. wrk, not a Python client, makes the load:
-a Python load generator would take a good part of one of the two cores and count as the
-heartbeats' cost."""
+Registers 1,250 nodes (10,000 GPUs) on a SQLite server (`--db postgresql`: a throwaway
+PostgreSQL with fsync on), then measures (1) the most heartbeats per second the server absorbs
+(wrk, each request a node's full telemetry), and (2) allocate+release throughput under wrk in
+windows that take turns: with no heartbeats, with the target heartbeat rate (1,250 nodes
+every 5 s = 250/s) sent to the same server, and with it sent to a heartbeats-role server on
+the same database (`jitgpu server --role heartbeats`, the layout docs/operations.md
+describes). The heartbeats come from a second wrk,
+paced by a random delay between each of its connections' requests. Each round of the three
+windows gives one ratio per layout against its own idle window; the median over all rounds is
+the figure. wrk, not a Python client, makes the load: a Python load generator would take a
+good part of one of the two cores and count as the heartbeats' cost."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -27,6 +31,7 @@ from pathlib import Path
 from alloc_throughput import ADMIN, UNLIMITED, run_wrk
 from machine import describe
 
+from tests.support.pg import TempPostgres
 from tests.support.procs import ServerProc
 
 NODES = 1250
@@ -161,32 +166,39 @@ def served_heartbeats(server: ServerProc) -> float:
 
 def loaded_window(
     server: ServerProc,
+    beats_to: ServerProc,
     ids: list[str],
     tokens: list[str],
     key: str,
     args: argparse.Namespace,
     tmp: Path,
 ) -> tuple[dict, float]:
-    """Allocate+release while PACED_CONNECTIONS connections send about `args.rate`
-    heartbeats/s (each connection's first wait is random too): the allocations are measured
-    once all of them are sending, and the heartbeat rate is the server's own count over the
-    same seconds."""
+    """Allocate+release on `server` while PACED_CONNECTIONS connections send about
+    `args.rate` heartbeats/s to `beats_to` (each connection's first wait is random too): the
+    allocations are measured once all of them are sending, and the heartbeat rate is the
+    receiving server's own count over the same seconds."""
     pacer = threading.Thread(
         target=heartbeat_wrk,
-        args=(server.url, ids, tokens, RAMP_S + args.seconds + 2, tmp),
+        args=(beats_to.url, ids, tokens, RAMP_S + args.seconds + 2, tmp),
         kwargs={"connections": PACED_CONNECTIONS, "delay_ms": 1000 * PACED_CONNECTIONS / args.rate},
     )
     pacer.start()
     time.sleep(RAMP_S)
-    beats, started = served_heartbeats(server), time.monotonic()
+    beats, started = served_heartbeats(beats_to), time.monotonic()
     busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
     window = time.monotonic() - started
-    beats = served_heartbeats(server) - beats
+    beats = served_heartbeats(beats_to) - beats
     pacer.join()
     return busy, round(beats / window, 1)
 
 
-def one_run(args: argparse.Namespace, tmp: Path) -> dict:
+# The windows of a round, in an order that turns with each round so that none always comes
+# first or after the same other.
+WINDOWS = ("idle", "same", "split")
+ORDERS = list(itertools.permutations(WINDOWS))
+
+
+def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dict:
     for f in tmp.glob("hb.db*"):
         f.unlink()
     env = {
@@ -196,44 +208,56 @@ def one_run(args: argparse.Namespace, tmp: Path) -> dict:
         "JITGPU_MAX_CONNECTIONS_PER_IP": str(4 * PACED_CONNECTIONS),
         **UNLIMITED,
     }
-    server = ServerProc(
-        tmp, database_url=f"sqlite:///{tmp / 'hb.db'}", admin_token=ADMIN, env=env
-    ).start()
+    url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'hb.db'}"
+    server = ServerProc(tmp, database_url=url, admin_token=ADMIN, env=env).start()
+    beats = None
     try:
         server.wait_ready()
+        beats = ServerProc(
+            tmp,
+            database_url=url,
+            admin_token=ADMIN,
+            env={**env, "JITGPU_ROLE": "heartbeats"},
+            name="beats",
+        ).start()
+        beats.wait_ready()
         ids, tokens, key = register(server)
         hb = heartbeat_wrk(server.url, ids, tokens, args.seconds, tmp)
         run_wrk(server.url, key, seconds=2, connections=16, threads=1)  # warm-up
-        # Idle and loaded windows alternate in pairs, each pair's order flipped (idle-loaded,
-        # loaded-idle, ...), and each pair gives its own ratio: this machine's speed drifts by
-        # more than the effect between runs minutes apart, much less between adjacent windows.
-        pairs = []
-        for pair in range(args.pairs):
-            windows = {}
-            for loaded in (False, True) if pair % 2 == 0 else (True, False):
-                if loaded:
-                    windows["busy"], windows["beats_per_s"] = loaded_window(
-                        server, ids, tokens, key, args, tmp
-                    )
-                else:
-                    windows["idle"] = run_wrk(
+        # This machine's speed drifts by more than the effect between runs minutes apart,
+        # much less between adjacent windows: each round's windows are compared to each other.
+        rounds = []
+        for n in range(args.pairs):
+            w: dict[str, dict] = {}
+            rate: dict[str, float] = {}
+            for name in ORDERS[n % len(ORDERS)]:
+                if name == "idle":
+                    w[name] = run_wrk(
                         server.url, key, seconds=args.seconds, connections=16, threads=1
                     )
-            pairs.append(
+                else:
+                    to = server if name == "same" else beats
+                    w[name], rate[name] = loaded_window(server, to, ids, tokens, key, args, tmp)
+            rounds.append(
                 {
-                    "alloc_idle": windows["idle"]["allocations_per_s"],
-                    "alloc_busy": windows["busy"]["allocations_per_s"],
-                    "alloc_idle_p99_ms": windows["idle"]["p99_ms"],
-                    "alloc_busy_p99_ms": windows["busy"]["p99_ms"],
-                    "paced_heartbeats_per_s": windows["beats_per_s"],
+                    "alloc_idle": w["idle"]["allocations_per_s"],
+                    "alloc_same": w["same"]["allocations_per_s"],
+                    "alloc_split": w["split"]["allocations_per_s"],
+                    "p99_idle_ms": w["idle"]["p99_ms"],
+                    "p99_same_ms": w["same"]["p99_ms"],
+                    "p99_split_ms": w["split"]["p99_ms"],
+                    "beats_same_per_s": rate["same"],
+                    "beats_split_per_s": rate["split"],
                 }
             )
         return {
             "heartbeats_per_s_max": hb["per_s"],
             "heartbeat_p99_ms": hb["p99_ms"],
-            "pairs": pairs,
+            "rounds": rounds,
         }
     finally:
+        if beats is not None:
+            beats.stop()
         server.stop()
 
 
@@ -242,30 +266,43 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument(
-        "--pairs", type=int, default=4, help="idle and loaded windows, in pairs, per server"
+        "--pairs",
+        type=int,
+        default=4,
+        help="rounds per server, each of an idle window and one loaded window per layout",
     )
     parser.add_argument("--rate", type=float, default=NODES / 5.0, help="paced heartbeats/s")
+    parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-hb-"))
-    runs = [one_run(args, tmp) for _ in range(args.runs)]
-    pairs = [p for r in runs for p in r["pairs"]]
-    drops = [1 - p["alloc_busy"] / p["alloc_idle"] for p in pairs]
-    med = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
+    pg = TempPostgres(fsync=True).start() if args.db == "postgresql" else None
+    try:
+        runs = [one_run(args, tmp, pg) for _ in range(args.runs)]
+    finally:
+        if pg is not None:
+            pg.stop()
+    rounds = [r for run in runs for r in run["rounds"]]
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     hb_max = statistics.median(r["heartbeats_per_s_max"] for r in runs)
     hb_p99 = statistics.median(r["heartbeat_p99_ms"] for r in runs)
-    print(f"machine: {describe()}")
+    print(f"machine: {describe()}; database: {args.db}")
     print(
         f"heartbeats absorbed: {hb_max:.0f}/s max (8 GPUs of telemetry each, p99 "
         f"{hb_p99:.1f} ms); target {NODES / 5:.0f}/s"
     )
     print(
-        f"allocate+release: {med['alloc_idle']:.0f}/s idle cluster (p99 "
-        f"{med['alloc_idle_p99_ms']:.1f} ms), {med['alloc_busy']:.0f}/s with "
-        f"{med['paced_heartbeats_per_s']:.0f} heartbeats/s (p99 {med['alloc_busy_p99_ms']:.1f} "
-        f"ms); lower by a median {statistics.median(drops):.1%} over {len(pairs)} adjacent "
-        f"pairs of windows ({args.runs} servers x {args.pairs})"
+        f"allocate+release, median of {len(rounds)} rounds ({args.runs} servers x "
+        f"{args.pairs}): {med['alloc_idle']:.0f}/s idle cluster (p99 {med['p99_idle_ms']:.1f} ms)"
     )
-    print("drops by pair:", ", ".join(f"{d:.1%}" for d in drops))
+    for layout, what in (("same", "the same server"), ("split", "a heartbeats-role server")):
+        drops = [1 - r[f"alloc_{layout}"] / r["alloc_idle"] for r in rounds]
+        print(
+            f"  heartbeats to {what}: {med[f'alloc_{layout}']:.0f}/s with "
+            f"{med[f'beats_{layout}_per_s']:.0f} heartbeats/s (p99 {med[f'p99_{layout}_ms']:.1f} "
+            f"ms); lower by a median {statistics.median(drops):.1%} (rounds: "
+            + ", ".join(f"{d:.1%}" for d in drops)
+            + ")"
+        )
     print("runs:", json.dumps(runs, default=lambda v: round(v, 1)))
 
 

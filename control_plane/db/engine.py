@@ -208,6 +208,18 @@ class Database:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
 
+    @contextmanager
+    def raw_read(self) -> Iterator[TxSession]:
+        """A session for `TxSession.read_once`: on PostgreSQL an autocommit connection whose
+        read sends its own BEGIN and COMMIT with its statements, in one round trip; on SQLite
+        a read transaction (`read(snapshot=True)`)."""
+        if self.is_sqlite:
+            with self.read(snapshot=True) as session:
+                yield session  # type: ignore[misc]
+            return
+        with TxSession(self._write_bind, cache=self.view_cache, pipelines=True) as session:
+            yield session
+
     @property
     def loop_reads(self) -> bool:
         """Whether `loop_read` may be used: a local SQLite file, read without a network trip.

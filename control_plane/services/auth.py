@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlmodel import Session
 
@@ -78,7 +80,11 @@ def authenticate(session: Session, *, token: str, admin_token: str | None) -> Pr
     if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
         return Principal(scope=Scope.ADMIN, key_id="env")
     # A prebuilt statement, no ORM object: this runs for every request with an uncached key.
-    row = sql.row(session, sql.API_KEY_BY_HASH, {"hash": hash_key(token)})
+    return principal_of(sql.row(session, sql.API_KEY_BY_HASH, {"hash": hash_key(token)}))
+
+
+def principal_of(row: Mapping[str, Any] | None) -> Principal:
+    """Who an API_KEY_BY_HASH row (None: no row) makes the caller; 401 if nobody."""
     if row is None or row["revoked_at"] is not None:
         # One message for unknown and revoked keys: a caller learns nothing about which.
         raise Unauthenticated("unknown or revoked API key")

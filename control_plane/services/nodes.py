@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -210,7 +212,7 @@ def heartbeat(
     def write(session: Session) -> None:
         node = _node_or_404(session, node_id)
         node.last_heartbeat_at = now
-        node.telemetry_json = _telemetry_json(body)
+        node.telemetry_json = telemetry_json(body)
         if changes:
             _apply_changes(session, node, body, now)
 
@@ -228,7 +230,7 @@ def unchanged_heartbeat(
     if changes:
         return None
     reply = _reply(session, node_id, status, rotate_requested_at)
-    buffer.put(node_id, now, _telemetry_json(body))
+    buffer.put(node_id, now, telemetry_json(body))
     return reply
 
 
@@ -240,7 +242,7 @@ def _changes(session: Session, node_id: str, body: Heartbeat) -> tuple[tuple, bo
     state = sql.run(session, sql.NODE_STATE, {"node": node_id}).fetchone()
     if state is None:
         raise NotFound(f"node {node_id} not found")
-    if _wanted(state[0], state[1], body) is not None:
+    if wanted_status(state[0], state[1], body) is not None:
         return tuple(state), True
     if body.gpus:
         health = dict(sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall())
@@ -281,7 +283,7 @@ def _reply(
 _TELEMETRY = {"draining": True, "gpus": {"__all__": {"healthy", "reason"}}}
 
 
-def _telemetry_json(body: Heartbeat) -> str:
+def telemetry_json(body: Heartbeat) -> str:
     """The stored form: `{"gpus": [{"uuid": ..., readings}], "host": {...}}`, serialised by
     pydantic at once (a dict by uuid through json.dumps cost three times as much, on a path
     every node takes every few seconds)."""
@@ -297,7 +299,9 @@ def _gpu_telemetry(stored: dict) -> dict[str, dict]:
     return {g["uuid"]: {k: v for k, v in g.items() if k != "uuid"} for g in gpus}
 
 
-def _wanted(status: str, drain_requested_at: float | None, body: Heartbeat) -> NodeStatus | None:
+def wanted_status(
+    status: str, drain_requested_at: float | None, body: Heartbeat
+) -> NodeStatus | None:
     """The status a heartbeat proves (None: the node has it already): draining while its
     agent or an administrator drains it, else online."""
     drained = body.draining or drain_requested_at is not None
@@ -326,7 +330,7 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
                 sick[gpu.uuid] = gpu.health_reason or "unhealthy"
     # A hold must not be claimed onto a broken GPU: it moves (or fails) like a dead node's.
     evacuate.unhealthy_gpus(session, sick, now=now)
-    wanted = _wanted(node.status, node.drain_requested_at, body)
+    wanted = wanted_status(node.status, node.drain_requested_at, body)
     if wanted is not None:
         was_offline = node.status == NodeStatus.OFFLINE.value
         if wanted != NodeStatus.DRAINING:
@@ -342,21 +346,30 @@ def _apply_changes(session: Session, node: NodeRow, body: Heartbeat, now: float)
 def desired_state(session: Session, node_id: str) -> list[NodeAssignment]:
     """What the node must keep: active holds to warm/keep, allocations (and their commands)."""
     rows = sql.run(session, sql.NODE_ASSIGNMENTS, {"node": node_id}).fetchall()
+    # Prebuilt statements by node, not ORM loads by id: a busy node reads these with every
+    # heartbeat and every work poll.
+    holds = allocs = []
+    if any(hold_id and not allocation_id for _, hold_id, allocation_id in rows):
+        holds = sql.run(session, sql.NODE_HOLDS, {"node": node_id}).fetchall()
+    if any(allocation_id for *_, allocation_id in rows):
+        allocs = sql.run(session, sql.NODE_ALLOCATIONS, {"node": node_id}).fetchall()
+    return assemble_desired(rows, holds, allocs)
+
+
+def assemble_desired(
+    assignments: Sequence[Any], hold_rows: Sequence[Any], alloc_rows: Sequence[Any]
+) -> list[NodeAssignment]:
+    """The desired state from the rows of NODE_ASSIGNMENTS, NODE_HOLDS and NODE_ALLOCATIONS,
+    in the order the GPUs were assigned."""
     by_alloc: dict[str, list[str]] = defaultdict(list)
     by_hold: dict[str, list[str]] = defaultdict(list)
-    for uuid, hold_id, allocation_id in rows:
+    for uuid, hold_id, allocation_id in assignments:
         if allocation_id:
             by_alloc[allocation_id].append(uuid)
         elif hold_id:
             by_hold[hold_id].append(uuid)
-    # Prebuilt statements by node, not ORM loads by id: a busy node reads these with every
-    # heartbeat and every work poll. In the order the GPUs were assigned.
-    holds = {}
-    if by_hold:
-        holds = {r[0]: r for r in sql.run(session, sql.NODE_HOLDS, {"node": node_id})}
-    allocs = {}
-    if by_alloc:
-        allocs = {r[0]: r for r in sql.run(session, sql.NODE_ALLOCATIONS, {"node": node_id})}
+    holds = {r[0]: r for r in hold_rows}
+    allocs = {r[0]: r for r in alloc_rows}
     out: list[NodeAssignment] = []
     for hold_id, uuids in by_hold.items():
         _, status, warmup, expires_at, start_at, tenant_name = holds[hold_id]

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.dml import Insert
 from sqlmodel import Session
 
+from control_plane.db.engine import Database
 from control_plane.db.models import (
     AllocationRow,
     ApiKeyRow,
@@ -365,6 +366,17 @@ def run_together(
     tx = _tx(session)
     prepared = [_prepare(session, statement, params)[1:3] for statement, params in statements]
     return tx.run_raw_together(prepared)
+
+
+def read_once(
+    db: Database, statements: Sequence[tuple[Executable, Mapping[str, Any] | None]]
+) -> list[list[Any]]:
+    """Prebuilt reads in one snapshot, each one's rows; on PostgreSQL in one round trip with
+    the transaction's BEGIN and COMMIT (statement by statement, a heartbeat's reads took about
+    ten)."""
+    with db.raw_read() as session:
+        prepared = [_prepare(session, statement, params)[1:3] for statement, params in statements]
+        return session.read_once(prepared)
 
 
 def send(
