@@ -67,6 +67,8 @@ def create_app(
         if settings.migrate:
             migrate.upgrade(database)
         app.state.node_work.bind(asyncio.get_running_loop())
+        if app.state.loop_reader is not None:
+            app.state.loop_reader.bind(asyncio.get_running_loop())
         unhook = database.on_commit(app.state.node_work.publish)
         watch = ticker = None
         if settings.run_jobs:
@@ -113,6 +115,8 @@ def create_app(
             if runner is not None:
                 runner.stop()
             app.state.writer.stop()
+            if app.state.loop_reader is not None:
+                await app.state.loop_reader.close()
             if db is None:
                 database.dispose()
 
@@ -133,6 +137,8 @@ def create_app(
     # The hot write commands (allocate, release, renew, holds, claims) share commits here.
     app.state.writer = GroupWriter(database, clock)
     app.state.key_cache = KeyCache(ttl_s=key_cache_ttl_s)
+    # PostgreSQL: heartbeats read on the event loop, not on worker threads (hotbeat.py).
+    app.state.loop_reader = database.loop_reader()
     app.state.jobs = None
     app.state.node_work = NodeWorkBoard()
     app.state.heartbeats = HeartbeatBuffer() if settings.heartbeat_flush_s > 0 else None

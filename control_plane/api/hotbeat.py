@@ -15,7 +15,8 @@ node's key, a body that fails validation, a refused key) goes to the framework's
 the body replayed, which answers as it always did.
 
 On PostgreSQL the common heartbeat's reads, a stale key's second look among them, travel in
-one round trip (`services/beatread.py`): one statement at a time they took about ten, and at
+one round trip (`services/beatread.py`) on the event loop's own async connections
+(`db/loopreads.py`): one statement at a time on a worker thread they took about ten, and at
 1,250 nodes cost the allocations two thirds of their rate (BENCHMARKS.md).
 """
 
@@ -43,7 +44,7 @@ from control_plane.api.asgisteps import (
 from control_plane.db.engine import ReadWouldWait
 from control_plane.schemas.enums import Scope as KeyScope
 from control_plane.schemas.nodes import Heartbeat
-from control_plane.services import auth, beatread, nodes
+from control_plane.services import auth, beatread, nodes, sql
 from control_plane.services.auth import Principal
 from control_plane.services.errors import Unauthenticated
 
@@ -80,10 +81,15 @@ async def heartbeat(
             with contextlib.suppress(ReadWouldWait):
                 text = _on_loop(state, token, recheck, node_id, report)
                 recheck = None  # checked on the loop (or refused: no second look)
-        if text is _ON_A_THREAD and not state.db.is_sqlite and state.heartbeats is not None:
-            # PostgreSQL: the whole read in one round trip, the key's second look included.
-            text = await run_in_threadpool(_at_once, state, token, recheck, node_id, report)
-            recheck = None
+        if (
+            text is _ON_A_THREAD
+            and state.loop_reader is not None
+            and state.loop_reader.serves_here()
+            and state.heartbeats is not None
+            and (recheck is None or recheck.scope != KeyScope.ADMIN)
+        ):
+            text = await _at_once(state, token, recheck, node_id, report)
+            recheck = None  # checked in the same read (or refused: no second look)
         if text is _ON_A_THREAD:  # a state change, or the file was busy
             text = await run_in_threadpool(_beat, state, token, recheck, node_id, report)
     except Exception as exc:  # mapped exactly as the framework's handlers map it
@@ -146,23 +152,30 @@ def _on_loop(
     return _ON_A_THREAD if reply is None else reply.model_dump_json()
 
 
-def _at_once(
+async def _at_once(
     state: State, token: str, recheck: Principal | None, node_id: str, report: Heartbeat
 ) -> str | _NotServed:
-    """In a worker thread, a database a network trip away: the common heartbeat's reads, a
-    stale key's second look among them, in one round trip (`beatread`); `_ON_A_THREAD` when
-    the heartbeat changes state."""
-    key_hash = None
-    if recheck is not None and recheck.scope != KeyScope.ADMIN:
-        key_hash = auth.hash_key(token)
-    found = beatread.read(state.db, node_id=node_id, body=report, key_hash=key_hash)
-    if recheck is not None:
-        if key_hash is None:  # the admin's token: checked without the database
-            with state.db.read() as session:
-                if not _key_holds(session, state, token, recheck):
-                    return _REFUSED
-        elif not _row_holds(state, token, recheck, found.key):
-            return _REFUSED
+    """PostgreSQL: the common heartbeat's reads on the loop's own connections, in one round
+    trip, a stale key's second look included (`beatread`)."""
+    key_hash = None if recheck is None else auth.hash_key(token)
+    reads = sql.prepared_all(state.db, beatread.statements(node_id, key_hash))
+    rows = await state.loop_reader.read_once(reads)
+    found = beatread.interpret(rows, node_id=node_id, body=report, key_hash=key_hash)
+    return _settle(state, token, recheck, node_id, report, found)
+
+
+def _settle(
+    state: State,
+    token: str,
+    recheck: Principal | None,
+    node_id: str,
+    report: Heartbeat,
+    found: beatread.BeatRead,
+) -> str | _NotServed:
+    """A heartbeat read at once (`beatread`): a stale key checked first, then the reply and
+    the telemetry kept, or `_ON_A_THREAD` when the heartbeat changes state."""
+    if recheck is not None and not _row_holds(state, token, recheck, found.key):
+        return _REFUSED
     reply = found.answer(node_id)
     if reply is None:
         return _ON_A_THREAD

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
+from control_plane.db.loopreads import LoopReader
 from control_plane.db.pinging import ping_when_idle
 from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
 
@@ -208,17 +209,13 @@ class Database:
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
 
-    @contextmanager
-    def raw_read(self) -> Iterator[TxSession]:
-        """A session for `TxSession.read_once`: on PostgreSQL an autocommit connection whose
-        read sends its own BEGIN and COMMIT with its statements, in one round trip; on SQLite
-        a read transaction (`read(snapshot=True)`)."""
+    def loop_reader(self, size: int = 4) -> LoopReader | None:
+        """Reads on the event loop for PostgreSQL (`LoopReader`, for prebuilt statements);
+        None for SQLite, whose `loop_read_raw` needs no network. Its owner closes it."""
         if self.is_sqlite:
-            with self.read(snapshot=True) as session:
-                yield session  # type: ignore[misc]
-            return
-        with TxSession(self._write_bind, cache=self.view_cache, pipelines=True) as session:
-            yield session
+            return None
+        _, connect = self.engine.dialect.create_connect_args(self.engine.url)
+        return LoopReader(self.engine.dialect, connect, size=size)
 
     @property
     def loop_reads(self) -> bool:

@@ -178,23 +178,6 @@ class TxSession(Session):
             if cursor.rowcount and not text.startswith("SELECT"):
                 self.command_changes += 1
 
-    def read_once(self, statements: list[tuple[str, Any]]) -> list[list[Any]]:
-        """Reads in one snapshot: each statement's rows. On PostgreSQL (an autocommit
-        connection, `Database.raw_read`) its own BEGIN, the reads and COMMIT travel in one
-        round trip; elsewhere they run in the transaction the session holds."""
-        if not self._pipelines:
-            return [rows for _, rows in self.run_raw_together(statements)]
-        dialect, dbapi_connection = self.raw()
-        statements = [(_SNAPSHOT_BEGIN, None), *statements, ("COMMIT", None)]
-        cursors = [dbapi_connection.cursor() for _ in statements]
-        try:
-            with dbapi_connection.pipeline():
-                for cursor, (text, params) in zip(cursors, statements, strict=True):
-                    _execute(cursor, text, params, False)
-            return [_rows(c) for c in cursors[1:-1]]
-        except dialect.loaded_dbapi.Error as exc:
-            raise as_sqlalchemy_error(dialect, statements[1][0], None, exc) from exc
-
     def start(self) -> None:
         """Begin the transaction. On SQLite, take the connection (and the write lock) now. On
         PostgreSQL, BEGIN is held back to travel with the first statement: a snapshot starts
@@ -305,8 +288,9 @@ def as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception
     return DBAPIError.instance(text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
-# One snapshot for every statement of a read (the reply's epoch and assignments agree).
-_SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# One snapshot for every statement of a read (a heartbeat reply's epoch and assignments agree):
+# `LoopReader.read_once` sends it with its reads.
+SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def _names(cursor: Any) -> list[str]:

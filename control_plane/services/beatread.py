@@ -1,12 +1,12 @@
-"""A node's common heartbeat read in one snapshot: on PostgreSQL in one round trip, where its
-reads one statement at a time took about ten (each with its share of the server's core)."""
+"""A node's common heartbeat read in one snapshot: the statements, sent by the event loop in
+one round trip on PostgreSQL (`db/loopreads.py`), and what their rows say. One statement at a
+time on a worker thread they took about ten round trips."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.db.engine import Database
 from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import Heartbeat, HeartbeatReply
 from control_plane.services import sql
@@ -31,13 +31,10 @@ class BeatRead:
         return self.reply
 
 
-def read(db: Database, *, node_id: str, body: Heartbeat, key_hash: str | None) -> BeatRead:
-    """Everything a heartbeat that changes nothing but telemetry needs, read at once: the key
-    (with `key_hash`, for a stale cache entry), the node's state and GPUs' health, its desired
-    state and the epoch. The caller checks the key before using the rest; 404 for an unknown
-    node only after that check."""
+def statements(node_id: str, key_hash: str | None) -> list[tuple[Any, dict | None]]:
+    """The reads of a common heartbeat (with `key_hash`, its key's too), for `interpret`."""
     node = {"node": node_id}
-    statements: list[tuple[Any, dict | None]] = [
+    found: list[tuple[Any, dict | None]] = [
         (sql.NODE_STATE, node),
         (sql.NODE_GPU_HEALTH, node),
         (sql.NODE_ASSIGNMENTS, node),
@@ -46,8 +43,16 @@ def read(db: Database, *, node_id: str, body: Heartbeat, key_hash: str | None) -
         (sql.READ_EPOCH, None),
     ]
     if key_hash is not None:
-        statements.append((sql.API_KEY_BY_HASH, {"hash": key_hash}))
-    rows = sql.read_once(db, statements)
+        found.append((sql.API_KEY_BY_HASH, {"hash": key_hash}))
+    return found
+
+
+def interpret(
+    rows: list[list[Any]], *, node_id: str, body: Heartbeat, key_hash: str | None
+) -> BeatRead:
+    """What the rows of `statements` say, read in one snapshot: the key (with `key_hash`),
+    whether the node exists, and the reply unless the heartbeat changes the node's state. The
+    caller checks the key before using the rest (`BeatRead.answer`: 404 only after that)."""
     key = None
     if key_hash is not None and rows[-1]:
         key = dict(zip(_KEY_COLUMNS, rows[-1][0], strict=True))

@@ -368,15 +368,11 @@ def run_together(
     return tx.run_raw_together(prepared)
 
 
-def read_once(
+def prepared_all(
     db: Database, statements: Sequence[tuple[Executable, Mapping[str, Any] | None]]
-) -> list[list[Any]]:
-    """Prebuilt reads in one snapshot, each one's rows; on PostgreSQL in one round trip with
-    the transaction's BEGIN and COMMIT (statement by statement, a heartbeat's reads took about
-    ten)."""
-    with db.raw_read() as session:
-        prepared = [_prepare(session, statement, params)[1:3] for statement, params in statements]
-        return session.read_once(prepared)
+) -> list[tuple[str, Any]]:
+    """The SQL text and DB-API parameters of prebuilt statements, for `LoopReader.read_once`."""
+    return [_compiled(db.engine.dialect, statement, params) for statement, params in statements]
 
 
 def send(
@@ -411,6 +407,19 @@ def _prepare(
     if positions is not None:
         return session, text, tuple(first[n] for n in positions), False
     return session, text, first, False
+
+
+def _compiled(
+    dialect: Dialect, statement: Executable, params: Mapping[str, Any] | None
+) -> tuple[str, Any]:
+    """`_prepare` for one read without a session: its SQL text and DB-API parameters."""
+    values = params or {}
+    text, literals, positions = _compile(statement, dialect, None)
+    if literals:
+        values = {**literals, **values}
+    if positions is not None:
+        return text, tuple(values[n] for n in positions)
+    return text, values
 
 
 def _bound(
