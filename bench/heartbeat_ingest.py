@@ -153,17 +153,6 @@ def heartbeat_wrk(
     return result
 
 
-def served_heartbeats(server: ServerProc) -> float:
-    """Heartbeats the server has answered so far, from its own metrics."""
-    with server.admin() as admin:
-        text = admin.get("/metrics").text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
-    )
-
-
 def loaded_window(
     server: ServerProc,
     beats_to: ServerProc,
@@ -184,10 +173,10 @@ def loaded_window(
     )
     pacer.start()
     time.sleep(RAMP_S)
-    beats, started = served_heartbeats(beats_to), time.monotonic()
+    beats, started = beats_to.heartbeats_served(), time.monotonic()
     busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
     window = time.monotonic() - started
-    beats = served_heartbeats(beats_to) - beats
+    beats = beats_to.heartbeats_served() - beats
     pacer.join()
     return busy, round(beats / window, 1)
 

@@ -161,25 +161,11 @@ async def _at_once(
     reads = sql.prepared_all(state.db, beatread.statements(node_id, key_hash))
     rows = await state.loop_reader.read_once(reads)
     found = beatread.interpret(rows, node_id=node_id, body=report, key_hash=key_hash)
-    return _settle(state, token, recheck, node_id, report, found)
-
-
-def _settle(
-    state: State,
-    token: str,
-    recheck: Principal | None,
-    node_id: str,
-    report: Heartbeat,
-    found: beatread.BeatRead,
-) -> str | _NotServed:
-    """A heartbeat read at once (`beatread`): a stale key checked first, then the reply and
-    the telemetry kept, or `_ON_A_THREAD` when the heartbeat changes state."""
     if recheck is not None and not _row_holds(state, token, recheck, found.key):
         return _REFUSED
-    reply = found.answer(node_id)
+    reply = found.answer(node_id)  # 404 for an unknown node, only once the key held
     if reply is None:
-        return _ON_A_THREAD
-    assert state.heartbeats is not None
+        return _ON_A_THREAD  # a state change: the write path's
     state.heartbeats.put(node_id, state.clock(), nodes.telemetry_json(report))
     return reply.model_dump_json()
 

@@ -9,7 +9,10 @@ from typing import Any
 import psycopg
 from sqlalchemy.engine import Dialect
 
-from control_plane.db.session import SNAPSHOT_BEGIN, as_sqlalchemy_error
+from control_plane.db.session import as_sqlalchemy_error
+
+# One snapshot for every statement of a read (a heartbeat reply's epoch and assignments agree).
+SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 class LoopReader:

@@ -288,11 +288,6 @@ def as_sqlalchemy_error(dialect: Dialect, text: str, params: Any, exc: Exception
     return DBAPIError.instance(text, params, exc, dialect.loaded_dbapi.Error, dialect=dialect)
 
 
-# One snapshot for every statement of a read (a heartbeat reply's epoch and assignments agree):
-# `LoopReader.read_once` sends it with its reads.
-SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-
 def _names(cursor: Any) -> list[str]:
     return [d[0] for d in cursor.description or ()]
 

@@ -11,7 +11,7 @@ from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import Heartbeat, HeartbeatReply
 from control_plane.services import sql
 from control_plane.services.errors import NotFound
-from control_plane.services.nodes import assemble_desired, wanted_status
+from control_plane.services.nodes import assemble_desired, health_changed, wanted_status
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,7 @@ def interpret(
     if not state:
         return BeatRead(key=key, found=False, reply=None)
     status, drain_requested_at, rotate_requested_at = state[0]
-    changes = wanted_status(status, drain_requested_at, body) is not None
-    if not changes and body.gpus:
-        healthy = dict(health)
-        changes = any(g.uuid in healthy and healthy[g.uuid] != g.healthy for g in body.gpus)
-    if changes:
+    if wanted_status(status, drain_requested_at, body) is not None or health_changed(health, body):
         return BeatRead(key=key, found=True, reply=None)
     reply = HeartbeatReply(
         node_id=node_id,

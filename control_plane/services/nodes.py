@@ -245,10 +245,17 @@ def _changes(session: Session, node_id: str, body: Heartbeat) -> tuple[tuple, bo
     if wanted_status(state[0], state[1], body) is not None:
         return tuple(state), True
     if body.gpus:
-        health = dict(sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall())
-        if any(g.uuid in health and health[g.uuid] != g.healthy for g in body.gpus):
+        health = sql.run(session, sql.NODE_GPU_HEALTH, {"node": node_id}).fetchall()
+        if health_changed(health, body):
             return tuple(state), True
     return tuple(state), False
+
+
+def health_changed(health: Sequence[Any], body: Heartbeat) -> bool:
+    """Whether the heartbeat reports a known GPU's health other than stored (NODE_GPU_HEALTH
+    rows: uuid, healthy)."""
+    stored = dict(health)
+    return any(g.uuid in stored and stored[g.uuid] != g.healthy for g in body.gpus)
 
 
 def work(db: Database, *, node_id: str) -> HeartbeatReply:

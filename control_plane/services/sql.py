@@ -413,13 +413,8 @@ def _compiled(
     dialect: Dialect, statement: Executable, params: Mapping[str, Any] | None
 ) -> tuple[str, Any]:
     """`_prepare` for one read without a session: its SQL text and DB-API parameters."""
-    values = params or {}
     text, literals, positions = _compile(statement, dialect, None)
-    if literals:
-        values = {**literals, **values}
-    if positions is not None:
-        return text, tuple(values[n] for n in positions)
-    return text, values
+    return text, _bound(params or {}, literals, positions)
 
 
 def _bound(

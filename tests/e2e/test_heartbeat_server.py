@@ -20,16 +20,6 @@ HEARTBEAT_S = 0.3
 TIMEOUT_S = 2.0  # the main server's heartbeat timeout: a node silent this long goes offline
 
 
-def heartbeats_served(server: ServerProc) -> float:
-    """Heartbeats this server answered, by its own metrics (either path: hot or framework)."""
-    text = httpx.get(f"{server.url}/metrics", timeout=5).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
-    )
-
-
 def test_heartbeats_go_to_the_heartbeat_server_and_fall_back_to_the_main_one(
     tmp_path: Path,
 ) -> None:
@@ -70,8 +60,8 @@ def test_heartbeats_go_to_the_heartbeat_server_and_fall_back_to_the_main_one(
             return [n["status"] for n in admin.get("/v1/nodes").json()] == ["online"]
 
         wait_for(online, timeout=30, what="the node online")
-        wait_for(lambda: heartbeats_served(beats) >= 5, timeout=30, what="heartbeats at beats")
-        assert heartbeats_served(main) == 0
+        wait_for(lambda: beats.heartbeats_served() >= 5, timeout=30, what="heartbeats at beats")
+        assert main.heartbeats_served() == 0
 
         # Work still reaches the node through the main server (its long poll and reports).
         user = httpx.Client(base_url=main.url, headers={"Authorization": f"Bearer {key}"})
@@ -97,7 +87,7 @@ def test_heartbeats_go_to_the_heartbeat_server_and_fall_back_to_the_main_one(
         # The main server takes the heartbeats now: more of them than its timeout lasts, and
         # the node never went offline.
         wait_for(
-            lambda: heartbeats_served(main) >= 2 * TIMEOUT_S / HEARTBEAT_S,
+            lambda: main.heartbeats_served() >= 2 * TIMEOUT_S / HEARTBEAT_S,
             timeout=30,
             what="heartbeats at the main server",
         )

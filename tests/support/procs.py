@@ -121,6 +121,17 @@ class ServerProc(Proc):
         wait_for(ready, timeout=timeout, what=f"server on {self.url}")
         return self
 
+    def heartbeats_served(self) -> float:
+        """Heartbeats this server answered so far (either path: hot or framework), by its own
+        metrics."""
+        with self.admin() as admin:
+            text = admin.get("/metrics").text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
+        )
+
     def admin(self) -> httpx.Client:
         return httpx.Client(
             base_url=self.url, timeout=10, headers={"Authorization": f"Bearer {self.admin_token}"}
