@@ -13,7 +13,7 @@ from control_plane.scheduling.idle_budget import IDLE_BUDGET_EXCEEDED
 from control_plane.schemas.allocations import Hold, HoldCreate
 from control_plane.schemas.enums import ACTIVE_HOLD_STATUSES, HoldStatus
 from control_plane.schemas.nodes import WarmupReport
-from control_plane.services import feasible, lifecycle, placing
+from control_plane.services import feasible, lifecycle, placing, sql
 from control_plane.services.auth import ensure_tenant
 from control_plane.services.errors import Forbidden, Invalid, NotFound, QuotaExceeded
 from control_plane.services.events import move, note, record
@@ -37,7 +37,7 @@ def held_gpus(session: Session, tenant_id: str) -> int:
     return int(
         session.exec(
             select(func.coalesce(func.sum(HoldRow.gpu_count), 0)).where(
-                HoldRow.tenant_id == tenant_id, col(HoldRow.status).in_(ACTIVE_HOLDS)
+                HoldRow.tenant_id == tenant_id, col(HoldRow.status).in_(sql.consts(ACTIVE_HOLDS))
             )
         ).one()
     )
@@ -54,7 +54,8 @@ def idle_gpu_hours_today(session: Session, tenant_id: str, now: float) -> float:
     ).one()
     running = session.exec(
         select(HoldRow).where(
-            HoldRow.tenant_id == tenant_id, col(HoldRow.status).in_(placing.PLACED_HOLD_STATUSES)
+            HoldRow.tenant_id == tenant_id,
+            col(HoldRow.status).in_(sql.consts(placing.PLACED_HOLD_STATUSES)),
         )
     ).all()
     live = sum(lifecycle.hold_idle_gpu_s(h, now) for h in running)

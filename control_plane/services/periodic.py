@@ -22,10 +22,21 @@ from control_plane.scheduling.lifecycle import (
     reconcile,
 )
 from control_plane.schemas.enums import AllocationStatus, HoldStatus
-from control_plane.services import holds, lifecycle, placing
+from control_plane.services import holds, lifecycle, placing, sql
 from control_plane.services.granting import schedule_pending
 
 R = TypeVar("R", HoldRow, AllocationRow, NodeRow)
+
+# Every tick's reads: the states in the SQL text (`sql.const`), so that a prepared statement's
+# plan still finds the few live rows among the history through an index.
+ACTIVE_HOLD_TIMINGS = select(
+    HoldRow.id, HoldRow.status, HoldRow.start_at, HoldRow.lead_s, HoldRow.ttl_s
+).where(col(HoldRow.status).in_(sql.consts(holds.ACTIVE_HOLDS)))
+# Only a granted allocation's lease runs; a waiting one has none yet.
+LEASED_ALLOCATIONS = select(AllocationRow.id, AllocationRow.status, AllocationRow.expires_at).where(
+    AllocationRow.status == sql.const(AllocationStatus.ALLOCATED.value),
+    col(AllocationRow.expires_at).is_not(None),
+)
 
 
 def expire_and_activate(session: Session, *, now: float) -> int:
@@ -34,21 +45,11 @@ def expire_and_activate(session: Session, *, now: float) -> int:
     things changed."""
     hold_timings = [
         HoldTiming(id=i, status=HoldStatus(st), start_at=start, lead_s=lead, ttl_s=ttl)
-        for i, st, start, lead, ttl in session.exec(
-            select(
-                HoldRow.id, HoldRow.status, HoldRow.start_at, HoldRow.lead_s, HoldRow.ttl_s
-            ).where(col(HoldRow.status).in_(holds.ACTIVE_HOLDS))
-        )
+        for i, st, start, lead, ttl in session.exec(ACTIVE_HOLD_TIMINGS)
     ]
-    # Only a granted allocation's lease runs; a waiting one has none yet.
     alloc_timings = [
         AllocationTiming(id=i, status=AllocationStatus(st), expires_at=expires)
-        for i, st, expires in session.exec(
-            select(AllocationRow.id, AllocationRow.status, AllocationRow.expires_at).where(
-                AllocationRow.status == AllocationStatus.ALLOCATED.value,
-                col(AllocationRow.expires_at).is_not(None),
-            )
-        )
+        for i, st, expires in session.exec(LEASED_ALLOCATIONS)
     ]
     due = due_targets(reconcile(hold_timings, alloc_timings, (), now))
     changed = 0

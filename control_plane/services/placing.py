@@ -215,7 +215,7 @@ def placed_hold_views(
     weaker holds, since confidence is self-declared and one tenant's guess must not evict
     another's.
     """
-    query = select(HoldRow).where(col(HoldRow.status).in_(PLACED_HOLD_STATUSES))
+    query = select(HoldRow).where(col(HoldRow.status).in_(sql.consts(PLACED_HOLD_STATUSES)))
     if tenant_id is not None:
         query = query.where(HoldRow.tenant_id == tenant_id)
     if max_confidence is not None:
