@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+import cpu_shares
 from alloc_throughput import ADMIN, UNLIMITED, run_wrk
 from machine import describe
 
@@ -153,6 +154,16 @@ def heartbeat_wrk(
     return result
 
 
+def measured_alloc(server: ServerProc, key: str, seconds: int, named: dict[str, int]) -> dict:
+    """One window of allocate+release under wrk, with the cores each process used in it."""
+    before, started = cpu_shares.snapshot(named), time.monotonic()
+    result = run_wrk(server.url, key, seconds=seconds, connections=16, threads=1)
+    result["cores"] = cpu_shares.used(
+        before, cpu_shares.snapshot(named), time.monotonic() - started
+    )
+    return result
+
+
 def loaded_window(
     server: ServerProc,
     beats_to: ServerProc,
@@ -161,6 +172,7 @@ def loaded_window(
     key: str,
     args: argparse.Namespace,
     tmp: Path,
+    named: dict[str, int],
 ) -> tuple[dict, float]:
     """Allocate+release on `server` while PACED_CONNECTIONS connections send about
     `args.rate` heartbeats/s to `beats_to` (each connection's first wait is random too): the
@@ -174,7 +186,7 @@ def loaded_window(
     pacer.start()
     time.sleep(RAMP_S)
     beats, started = beats_to.heartbeats_served(), time.monotonic()
-    busy = run_wrk(server.url, key, seconds=args.seconds, connections=16, threads=1)
+    busy = measured_alloc(server, key, args.seconds, named)
     window = time.monotonic() - started
     beats = beats_to.heartbeats_served() - beats
     pacer.join()
@@ -215,18 +227,19 @@ def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dic
         run_wrk(server.url, key, seconds=2, connections=16, threads=1)  # warm-up
         # This machine's speed drifts by more than the effect between runs minutes apart,
         # much less between adjacent windows: each round's windows are compared to each other.
+        named = {"server": server.pid, "beats": beats.pid}
         rounds = []
         for n in range(args.pairs):
             w: dict[str, dict] = {}
             rate: dict[str, float] = {}
             for name in ORDERS[n % len(ORDERS)]:
                 if name == "idle":
-                    w[name] = run_wrk(
-                        server.url, key, seconds=args.seconds, connections=16, threads=1
-                    )
+                    w[name] = measured_alloc(server, key, args.seconds, named)
                 else:
                     to = server if name == "same" else beats
-                    w[name], rate[name] = loaded_window(server, to, ids, tokens, key, args, tmp)
+                    w[name], rate[name] = loaded_window(
+                        server, to, ids, tokens, key, args, tmp, named
+                    )
             rounds.append(
                 {
                     "alloc_idle": w["idle"]["allocations_per_s"],
@@ -237,6 +250,7 @@ def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dic
                     "p99_split_ms": w["split"]["p99_ms"],
                     "beats_same_per_s": rate["same"],
                     "beats_split_per_s": rate["split"],
+                    "cores": {k: w[k]["cores"] for k in WINDOWS},
                 }
             )
         return {
@@ -271,7 +285,7 @@ def main() -> None:
         if pg is not None:
             pg.stop()
     rounds = [r for run in runs for r in run["rounds"]]
-    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0] if k != "cores"}
     hb_max = statistics.median(r["heartbeats_per_s_max"] for r in runs)
     hb_p99 = statistics.median(r["heartbeat_p99_ms"] for r in runs)
     print(f"machine: {describe()}; database: {args.db}")
@@ -291,6 +305,16 @@ def main() -> None:
             f"ms); lower by a median {statistics.median(drops):.1%} (rounds: "
             + ", ".join(f"{d:.1%}" for d in drops)
             + ")"
+        )
+    print("cores used, median per window (rest: the load generators and everything else):")
+    for window in WINDOWS:
+        groups = rounds[0]["cores"][window]
+        print(
+            f"  {window}: "
+            + ", ".join(
+                f"{g} {statistics.median(r['cores'][window][g] for r in rounds):.2f}"
+                for g in groups
+            )
         )
     print("runs:", json.dumps(runs, default=lambda v: round(v, 1)))
 
