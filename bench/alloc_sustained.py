@@ -52,7 +52,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-sustained-"))
     pg = TempPostgres(fsync=True).start() if args.db == "postgresql" else None
     url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'bench.db'}"
-    env = {"JITGPU_LOG_LEVEL": "warning", "JITGPU_HEARTBEAT_TIMEOUT_S": "86400", **UNLIMITED}
+    env = {"JITGPU_LOG_LEVEL": "warning", "JITGPU_HEARTBEAT_TIMEOUT_S": "3600", **UNLIMITED}
     server = ServerProc(tmp, database_url=url, admin_token=ADMIN, env=env).start()
     rates = []
     made = 0
