@@ -14,10 +14,10 @@ refused within the cache's TTL as before. Anything else unusual (no key in the c
 node's key, a body that fails validation, a refused key) goes to the framework's route with
 the body replayed, which answers as it always did.
 
-On PostgreSQL the common heartbeat's reads, a stale key's second look among them, travel in
-one round trip (`services/beatread.py`) on the event loop's own async connections
-(`db/loopreads.py`): one statement at a time on a worker thread they took about ten, and at
-1,250 nodes cost the allocations two thirds of their rate (BENCHMARKS.md).
+On PostgreSQL the common heartbeat's reads, a stale key's second look among them, are one
+statement (`services/beatread.py`) on the event loop's own async connections
+(`db/loopreads.py`): one statement at a time on a worker thread they took about ten round
+trips, and at 1,250 nodes cost the allocations two thirds of their rate (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from control_plane.api.asgisteps import (
 from control_plane.db.engine import ReadWouldWait
 from control_plane.schemas.enums import Scope as KeyScope
 from control_plane.schemas.nodes import Heartbeat
-from control_plane.services import auth, beatread, nodes, sql
+from control_plane.services import auth, beatread, nodes
 from control_plane.services.auth import Principal
 from control_plane.services.errors import Unauthenticated
 
@@ -158,8 +158,8 @@ async def _at_once(
     """PostgreSQL: the common heartbeat's reads on the loop's own connections, in one round
     trip, a stale key's second look included (`beatread`)."""
     key_hash = None if recheck is None else auth.hash_key(token)
-    reads = sql.prepared_all(state.db, beatread.statements(node_id, key_hash))
-    rows = await state.loop_reader.read_once(reads)
+    reads = beatread.reads(key_hash)
+    rows = await state.loop_reader.read_once(reads, beatread.params(node_id, key_hash))
     found = beatread.interpret(rows, node_id=node_id, body=report, key_hash=key_hash)
     if recheck is not None and not _row_holds(state, token, recheck, found.key):
         return _REFUSED

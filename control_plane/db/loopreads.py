@@ -4,15 +4,34 @@ time, so that a node's heartbeat needs no worker thread (as SQLite's loop reads 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from sqlalchemy import ColumnElement, Select, func, literal_column, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.engine import Dialect
 
 from control_plane.db.session import as_sqlalchemy_error
 
-# One snapshot for every statement of a read (a heartbeat reply's epoch and assignments agree).
-SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# A read and the column its rows come in order of (None: any order).
+Read = tuple[Select[Any], ColumnElement[Any] | None]
+
+
+def folded(reads: Sequence[Read]) -> Select[Any]:
+    """Reads folded into one SELECT, one column per read with its rows as a JSON array: one
+    statement sees one snapshot (a heartbeat reply's epoch and assignments agree) without a
+    BEGIN and a COMMIT, and costs one execution instead of one per read."""
+    columns = []
+    for n, (read, order) in enumerate(reads):
+        if order is not None:
+            read = read.add_columns(order.label("_order"))
+        rows = read.subquery(f"read{n}")
+        values = func.json_build_array(*(c for c in rows.c if c.key != "_order"))
+        agg = func.json_agg(values if order is None else aggregate_order_by(values, rows.c._order))
+        found = select(agg).scalar_subquery()
+        columns.append(func.coalesce(found, literal_column("'[]'::json")).label(f"read{n}"))
+    return select(*columns)
 
 
 class LoopReader:
@@ -29,6 +48,8 @@ class LoopReader:
         self._freed: asyncio.Condition | None = None
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The folded statements' SQL text and constant parameters, by their reads.
+        self._statements: dict[tuple[Read, ...], tuple[str, dict[str, Any]]] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop whose reads this serves (the server's, from its start)."""
@@ -43,25 +64,38 @@ class LoopReader:
         except RuntimeError:
             return False
 
-    async def read_once(self, statements: list[tuple[str, Any]]) -> list[list[Any]]:
-        """Prebuilt reads (`sql.prepared_all`) in one snapshot: BEGIN (repeatable read, read
-        only), the reads and COMMIT in one round trip; each read's rows."""
+    async def read_once(
+        self, reads: Sequence[Read], params: Mapping[str, Any]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The reads (`folded`) in one statement, one round trip and one snapshot: each
+        read's rows. `params` holds every read's parameters (one value per name)."""
+        text, values = self._compiled(reads, params)
         conn = await self._take()
-        batch = [(SNAPSHOT_BEGIN, None), *statements, ("COMMIT", None)]
         try:
-            cursors = [conn.cursor() for _ in batch]
-            async with conn.pipeline():
-                for cursor, (text, params) in zip(cursors, batch, strict=True):
-                    await cursor.execute(text, params)
-            rows = [await c.fetchall() if c.description is not None else [] for c in cursors]
+            cursor = conn.cursor()
+            await cursor.execute(text, values)
+            row = await cursor.fetchone()
         except psycopg.Error as exc:
             await self._drop(conn)
-            raise as_sqlalchemy_error(self._dialect, batch[1][0], None, exc) from exc
+            raise as_sqlalchemy_error(self._dialect, text, None, exc) from exc
         except BaseException:  # cancelled mid-read: the connection's state is unknown
             await self._drop(conn)
             raise
         await self._give_back(conn)
-        return rows[1:-1]
+        assert row is not None  # a SELECT without FROM has one row
+        return [[tuple(r) for r in read] for read in row]
+
+    def _compiled(
+        self, reads: Sequence[Read], params: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        key = tuple(reads)
+        found = self._statements.get(key)
+        if found is None:
+            compiled = folded(reads).compile(dialect=self._dialect)
+            literals = {k: v for k, v in compiled.params.items() if v is not None}
+            found = self._statements[key] = (compiled.string, literals)
+        text, literals = found
+        return text, {**literals, **params}
 
     async def _take(self) -> psycopg.AsyncConnection:
         assert self._freed is not None, "bind() first"

@@ -1,12 +1,13 @@
-"""A node's common heartbeat read in one snapshot: the statements, sent by the event loop in
-one round trip on PostgreSQL (`db/loopreads.py`), and what their rows say. One statement at a
-time on a worker thread they took about ten round trips."""
+"""A node's common heartbeat read in one snapshot: the reads, folded into one statement that
+the event loop sends on PostgreSQL (`db/loopreads.py`), and what their rows say. One statement
+at a time on a worker thread they took about ten round trips."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from control_plane.db.loopreads import Read
 from control_plane.schemas.enums import NodeStatus
 from control_plane.schemas.nodes import Heartbeat, HeartbeatReply
 from control_plane.services import sql
@@ -31,26 +32,31 @@ class BeatRead:
         return self.reply
 
 
-def statements(node_id: str, key_hash: str | None) -> list[tuple[Any, dict | None]]:
-    """The reads of a common heartbeat (with `key_hash`, its key's too), for `interpret`."""
-    node = {"node": node_id}
-    found: list[tuple[Any, dict | None]] = [
-        (sql.NODE_STATE, node),
-        (sql.NODE_GPU_HEALTH, node),
-        (sql.NODE_ASSIGNMENTS, node),
-        (sql.NODE_HOLDS, node),
-        (sql.NODE_ALLOCATIONS, node),
-        (sql.READ_EPOCH, None),
-    ]
-    if key_hash is not None:
-        found.append((sql.API_KEY_BY_HASH, {"hash": key_hash}))
-    return found
+def reads(key_hash: str | None) -> list[Read]:
+    """The reads of a common heartbeat (with `key_hash`, its key's too), for `interpret`, with
+    the order their rows must keep; their parameters are `params`."""
+    return _WITH_KEY if key_hash is not None else _WITHOUT_KEY
+
+
+def params(node_id: str, key_hash: str | None) -> dict[str, Any]:
+    return {"node": node_id} if key_hash is None else {"node": node_id, "hash": key_hash}
+
+
+_WITHOUT_KEY: list[Read] = [
+    (sql.NODE_STATE, None),
+    (sql.NODE_GPU_HEALTH, None),
+    (sql.NODE_ASSIGNMENTS, sql.NODE_ASSIGNMENTS_ORDER),
+    (sql.NODE_HOLDS, None),
+    (sql.NODE_ALLOCATIONS, None),
+    (sql.READ_EPOCH, None),
+]
+_WITH_KEY: list[Read] = [*_WITHOUT_KEY, (sql.API_KEY_BY_HASH, None)]
 
 
 def interpret(
     rows: list[list[Any]], *, node_id: str, body: Heartbeat, key_hash: str | None
 ) -> BeatRead:
-    """What the rows of `statements` say, read in one snapshot: the key (with `key_hash`),
+    """What the rows of `reads` say, read in one snapshot: the key (with `key_hash`),
     whether the node exists, and the reply unless the heartbeat changes the node's state. The
     caller checks the key before using the rest (`BeatRead.answer`: 404 only after that)."""
     key = None

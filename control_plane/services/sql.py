@@ -27,7 +27,6 @@ from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session
 
-from control_plane.db.engine import Database
 from control_plane.db.models import (
     AllocationRow,
     ApiKeyRow,
@@ -299,10 +298,12 @@ API_KEY_BY_HASH = select(
     API_KEY.c.id, API_KEY.c.scope, API_KEY.c.tenant_id, API_KEY.c.node_id, API_KEY.c.revoked_at
 ).where(API_KEY.c.key_hash == bindparam("hash"))
 NODE_GPU_HEALTH = select(GPU.c.uuid, GPU.c.healthy).where(GPU.c.node_id == bindparam("node"))
+# In the order the GPUs were assigned (a read folded with others names it: `beatread`).
+NODE_ASSIGNMENTS_ORDER = ASSIGNMENT.c.id
 NODE_ASSIGNMENTS = (
     select(ASSIGNMENT.c.gpu_uuid, ASSIGNMENT.c.hold_id, ASSIGNMENT.c.allocation_id)
     .where(ASSIGNMENT.c.node_id == bindparam("node"), ASSIGNMENT.c.ended_at.is_(None))
-    .order_by(ASSIGNMENT.c.id)
+    .order_by(NODE_ASSIGNMENTS_ORDER)
 )
 # What a node's desired state shows of its holds and allocations, by node (one row per GPU):
 # every heartbeat and work poll of a busy node reads them.
@@ -390,13 +391,6 @@ def run_together(
     return tx.run_raw_together(prepared)
 
 
-def prepared_all(
-    db: Database, statements: Sequence[tuple[Executable, Mapping[str, Any] | None]]
-) -> list[tuple[str, Any]]:
-    """The SQL text and DB-API parameters of prebuilt statements, for `LoopReader.read_once`."""
-    return [_compiled(db.engine.dialect, statement, params) for statement, params in statements]
-
-
 def send(
     session: Session,
     statement: Executable,
@@ -429,14 +423,6 @@ def _prepare(
     if positions is not None:
         return session, text, tuple(first[n] for n in positions), False
     return session, text, first, False
-
-
-def _compiled(
-    dialect: Dialect, statement: Executable, params: Mapping[str, Any] | None
-) -> tuple[str, Any]:
-    """`_prepare` for one read without a session: its SQL text and DB-API parameters."""
-    text, literals, positions = _compile(statement, dialect, None)
-    return text, _bound(params or {}, literals, positions)
 
 
 def _bound(

@@ -240,3 +240,29 @@ def test_telemetry_written_in_the_earlier_form_still_shows(cached: Api, db: Data
     shown = api.http.get(f"/v1/nodes/{n1.node_id}", headers=ADMIN).json()
     assert shown["host"] == {"cpu_pct": 3.0}
     assert [g["telemetry"] for g in shown["gpus"]] == [{"utilization_pct": 7.0}, {}]
+
+
+def test_a_busy_nodes_reply_is_the_same_on_both_paths(cached: Api) -> None:
+    """A node with a hold and a two-GPU allocation with a command: the hot path's one read
+    (on PostgreSQL, one folded statement) answers exactly what the framework's route does,
+    assignments and their GPUs in the order they were assigned."""
+    api = cached
+    n1 = registered(api, "n1", gpus=4)
+    _, a = api.tenant("team-a", quota=4)
+    hold = api.http.post(
+        "/v1/holds", json={"gpu_count": 1, "ttl_s": 600, "warmup": "cuda"}, headers=a
+    )
+    assert hold.status_code == 201, hold.text
+    body = {"gpu_count": 2, "command": ["python", "train.py"], "lease_s": 900, "use_holds": False}
+    alloc = api.http.post("/v1/allocations", json=body, headers=a)
+    assert alloc.status_code == 201, alloc.text
+    api.clock.advance(1)
+    hot = beat(api, n1, telemetry("n1"))
+    framework = beat(api, n1, telemetry("n1"), q="?via=framework")
+    again = beat(api, n1, telemetry("n1"))
+    assert hot.status_code == framework.status_code == again.status_code == 200
+    assert hot.json() == framework.json() == again.json()
+    kinds = {x["kind"]: x for x in hot.json()["assignments"]}
+    assert kinds["hold"]["id"] == hold.json()["id"]
+    assert kinds["allocation"]["id"] == alloc.json()["id"]
+    assert len(kinds["allocation"]["gpu_uuids"]) == 2

@@ -47,19 +47,19 @@ def test_reads_in_one_snapshot_and_a_failed_connection_is_replaced(pg_db: Databa
         assert reader is not None
         reader.bind(asyncio.get_running_loop())
         try:
-            reads = sql.prepared_all(pg_db, [(sql.READ_EPOCH, None), (sql.READ_EPOCH, None)])
-            assert await reader.read_once(reads) == [[(0,)], [(0,)]]
+            reads = [(sql.READ_EPOCH, None), (sql.READ_EPOCH, None)]
+            assert await reader.read_once(reads, {}) == [[(0,)], [(0,)]]
             first = _backends(pg_db)
             assert len(first) == 1
             with pg_db.engine.connect() as conn:  # the server ends the reader's session
                 conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first.pop()})
             with pytest.raises(OperationalError):
-                await reader.read_once(reads)
+                await reader.read_once(reads, {})
             # The broken connection is gone, not pooled: the next read opens a fresh one.
-            assert await reader.read_once(reads) == [[(0,)], [(0,)]]
+            assert await reader.read_once(reads, {}) == [[(0,)], [(0,)]]
             assert len(_backends(pg_db)) == 1
             # Five reads at once on a reader of size 2: two connections, every read answered.
-            answers = await asyncio.gather(*(reader.read_once(reads) for _ in range(5)))
+            answers = await asyncio.gather(*(reader.read_once(reads, {}) for _ in range(5)))
             assert answers == [[[(0,)], [(0,)]]] * 5
             assert len(_backends(pg_db)) <= 2
         finally:

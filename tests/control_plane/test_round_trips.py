@@ -163,8 +163,8 @@ def test_a_nodes_common_heartbeat_waits_once(
     db: Database, settings: ServerSettings, clock: FakeClock, counter: TripCounter
 ) -> None:
     """The node's state and GPUs' health, its desired state, the epoch and, for a stale cache
-    entry, its key's second look: one round trip, BEGIN and COMMIT included. One statement at
-    a time, it was about ten."""
+    entry, its key's second look: one round trip (one statement). One statement per read, with
+    BEGIN and COMMIT, from a worker thread, it was about ten."""
     slow_flush = settings.model_copy(update={"heartbeat_flush_s": 60.0})  # no flush meanwhile
     app = create_app(slow_flush, db=db, clock=clock)
     cache_clock = FakeClock()
@@ -190,9 +190,10 @@ def test_a_nodes_common_heartbeat_waits_once(
                 replies.append(http.post(path, json=body, headers=node.headers))
             return counter.trips - before, replies
 
-        # Past psycopg's prepare threshold, and every pooled connection used just now (one
-        # idle for a second is pinged first, a round trip of its own).
-        for stale in (False, True):
+        # Past psycopg's prepare threshold (it prepares a statement at its sixth run on a
+        # connection, in a round trip of its own, once), and every pooled connection used just
+        # now (one idle for a second is pinged first, a round trip of its own).
+        for stale in (False, True, False, True):
             trips(stale)
         for stale in (False, True):
             count, replies = trips(stale)
