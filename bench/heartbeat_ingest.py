@@ -12,7 +12,9 @@ the same database (`jitgpu server --role heartbeats`, the layout docs/operations
 describes). The heartbeats come from a second wrk,
 paced by a random delay between each of its connections' requests. Each round of the three
 windows gives one ratio per layout against its own idle window; the median over all rounds is
-the figure. wrk, not a Python client, makes the load: a Python load generator would take a
+the figure. On PostgreSQL the rounds start once the new database has settled: ten seconds of
+allocations and a VACUUM ANALYZE, as its first autovacuum would (`settle`). wrk, not a Python
+client, makes the load: a Python load generator would take a
 good part of one of the two cores and count as the heartbeats' cost."""
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 import cpu_shares
+import psycopg
 from alloc_throughput import ADMIN, UNLIMITED, run_wrk
 from machine import describe
 
@@ -193,6 +196,18 @@ def loaded_window(
     return busy, round(beats / window, 1)
 
 
+def settle(server: ServerProc, key: str, url: str) -> None:
+    """PostgreSQL: the database as a running one is, not as a new one's first minute. Its new
+    tables' first allocations are planned on the statistics of empty tables, and their dead
+    rows wait for autovacuum, which looks at a database once a minute (BENCHMARKS.md,
+    "Allocation rate as history grows"): ten seconds of allocations, then what that first
+    autovacuum would do."""
+    run_wrk(server.url, key, seconds=10, connections=16, threads=1)
+    dsn = url.replace("postgresql+psycopg", "postgresql")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
 # The windows of a round, in an order that turns with each round so that none always comes
 # first or after the same other.
 WINDOWS = ("idle", "same", "split")
@@ -229,6 +244,8 @@ def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dic
         # node at least once), so that its first loaded window does not pay for it either.
         heartbeat_wrk(beats.url, ids, tokens, 3, tmp)
         run_wrk(server.url, key, seconds=2, connections=16, threads=1)  # warm-up
+        if pg is not None:
+            settle(server, key, url)
         # This machine's speed drifts by more than the effect between runs minutes apart,
         # much less between adjacent windows: each round's windows are compared to each other.
         named = {"server": server.pid, "beats": beats.pid}
