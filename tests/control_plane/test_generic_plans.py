@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from sqlalchemy.dialects import postgresql
 
-from control_plane.services import periodic, sql
+from control_plane.db.loopreads import folded
+from control_plane.services import beatread, periodic, sql
 from tests.support.pg import TempPostgres
 
 PAST = 20_000  # allocations and assignments that ended, holds that expired
@@ -33,8 +34,11 @@ STATEMENTS = {
     # Every tick's reads.
     "active hold timings": periodic.ACTIVE_HOLD_TIMINGS,
     "leased allocations": periodic.LEASED_ALLOCATIONS,
+    # The loop reader plans it once for every node (db/loopreads.py, GENERIC_PLANS).
+    "heartbeat read": folded(beatread.reads("a key's hash")),
 }
-BIG = {"allocation", "assignment", "hold"}
+BIG = {"allocation", "assignment", "hold", "node", "gpu"}
+NODES = 500  # of 8 GPUs each
 
 
 @pytest.fixture
@@ -61,12 +65,20 @@ def _fill(conn: psycopg.Connection) -> None:
     )
     conn.execute(
         "INSERT INTO node (id, name, spine, leaf, status, registered_at)"
-        " VALUES ('n', 'n', 's', 'l', 'online', 0)"
+        " SELECT CASE WHEN i = 1 THEN 'n' ELSE 'n' || i END, 'n' || i, 's', 'l', 'online', 0"
+        " FROM generate_series(1, %s) i",
+        (NODES,),
     )
     conn.execute(
         "INSERT INTO gpu (uuid, node_id, model, memory_mb, healthy, present)"
         " SELECT 'g' || i, 'n', 'A100', 81920, true, true FROM generate_series(1, %s) i",
         (NOW,),
+    )
+    conn.execute(
+        "INSERT INTO gpu (uuid, node_id, model, memory_mb, healthy, present)"
+        " SELECT 'g' || i || '-' || j, 'n' || i, 'A100', 81920, true, true"
+        " FROM generate_series(2, %s) i, generate_series(1, 8) j",
+        (NODES,),
     )
     conn.execute(
         "INSERT INTO allocation (id, tenant_id, status, gpu_count, warm, requested_at,"
