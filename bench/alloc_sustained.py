@@ -33,7 +33,6 @@ def release_left(server: ServerProc, key: str) -> int:
         found = admin.get("/v1/allocations", params={"status": "allocated", "limit": 1000})
         found.raise_for_status()
         items = found.json()
-        items = items["items"] if isinstance(items, dict) else items
         for alloc in items:
             admin.delete(f"/v1/allocations/{alloc['id']}").raise_for_status()
     return len(items)
