@@ -61,12 +61,15 @@ def _rows(runner: Runner, sql: str) -> list[dict]:
 
 
 def test_the_scheduler_runs_a_cycle_every_cycle_s(running: Runner) -> None:
+    # The cycle's row is written inside the cycle and the counter moves after it returns:
+    # wait for both, or a read between the two sees the third row and a count of two.
     wait_for(
-        lambda: len(_rows(running, "SELECT id FROM cycles WHERE trigger='timer'")) >= 3,
+        lambda: len(_rows(running, "SELECT id FROM cycles WHERE trigger='timer'")) >= 3
+        and running.cycles >= 3,
         timeout=20,
-        what="three timer cycles",
+        what="three timer cycles, logged and counted",
     )
-    assert running.cycles >= 3 and running.status()["dropped"] == 0
+    assert running.status()["dropped"] == 0
 
 
 def test_policy_edits_apply_in_a_running_agent(
