@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from alloc_throughput import ADMIN, UNLIMITED, prepare, run_wrk
+from alloc_throughput import ADMIN, UNLIMITED, prepare, require_wrk, run_wrk
 from machine import describe
 
 from tests.support.pg import TempPostgres
@@ -46,8 +46,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--nodes", type=int, default=16)
     args = parser.parse_args()
-    if not shutil.which("wrk"):
-        raise SystemExit("wrk not found: apt-get install wrk")
+    require_wrk()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-sustained-"))
     pg = TempPostgres(fsync=True).start() if args.db == "postgresql" else None
     url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'bench.db'}"

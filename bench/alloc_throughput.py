@@ -56,6 +56,12 @@ def prepare(server: ServerProc, nodes: int) -> str:
         return key.json()["key"]
 
 
+def require_wrk() -> None:
+    """Stop before any setup when wrk is missing: every load here is wrk's."""
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk not found: apt-get install wrk")
+
+
 def run_wrk(url: str, token: str, *, seconds: int, connections: int, threads: int) -> dict:
     out = subprocess.run(
         [
@@ -154,8 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.db_delay_ms is not None and args.db != "postgresql":
         parser.error("--db-delay-ms applies to --db postgresql only")
-    if not shutil.which("wrk"):
-        raise SystemExit("wrk not found: apt-get install wrk")
+    require_wrk()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-bench-"))
     pg = TempPostgres(fsync=True).start() if args.db == "postgresql" else None
     try:

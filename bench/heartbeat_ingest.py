@@ -32,7 +32,7 @@ from pathlib import Path
 
 import cpu_shares
 import psycopg
-from alloc_throughput import ADMIN, UNLIMITED, run_wrk
+from alloc_throughput import ADMIN, UNLIMITED, require_wrk, run_wrk
 from machine import describe
 
 from tests.support.pg import TempPostgres
@@ -298,6 +298,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=NODES / 5.0, help="paced heartbeats/s")
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     args = parser.parse_args()
+    require_wrk()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-hb-"))
     pg = TempPostgres(fsync=True).start() if args.db == "postgresql" else None
     try:

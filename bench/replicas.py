@@ -22,7 +22,7 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from alloc_throughput import ADMIN, prepare
+from alloc_throughput import ADMIN, prepare, require_wrk
 from machine import REPO, describe
 
 from tests.support.pg import TempPostgres
@@ -94,8 +94,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--nodes", type=int, default=16)
     args = parser.parse_args()
-    if not shutil.which("wrk"):
-        raise SystemExit("wrk not found: apt-get install wrk")
+    require_wrk()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-replicas-"))
     print(f"machine: {describe()}")
     with TempPostgres(fsync=True) if args.db == "postgresql" else nullcontext() as pg:

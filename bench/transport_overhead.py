@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from alloc_throughput import require_wrk
 from machine import REPO, describe
 
 from tests.support.pg import free_port
@@ -90,6 +91,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     args = parser.parse_args()
+    require_wrk()
     results: dict[str, list[tuple[float, float, float]]] = {"guarded": [], "httptools": []}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.runs):
