@@ -19,16 +19,17 @@ def _process_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def _postgres_seconds() -> float:
-    total = 0.0
+def _postgres_seconds() -> dict[int, float]:
+    """Seconds so far of each PostgreSQL process, by pid."""
+    found: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() == "postgres":
-                    total += _process_seconds(int(entry.name))
+                    found[int(entry.name)] = _process_seconds(int(entry.name))
             except OSError:
                 continue  # gone in between
-    return total
+    return found
 
 
 def _machine_busy_seconds() -> float:
@@ -37,18 +38,30 @@ def _machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / _TICK
 
 
-def snapshot(named: dict[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each named process (by pid), of PostgreSQL's processes, and of
-    the machine. PostgreSQL backends that exit in between take their seconds with them: the
-    servers keep theirs open."""
-    found = {name: _process_seconds(pid) for name, pid in named.items()}
+Snapshot = dict[str, float | dict[int, float]]
+
+
+def snapshot(named: dict[str, int]) -> Snapshot:
+    """CPU seconds so far of each named process (by pid), of each PostgreSQL process, and of
+    the machine."""
+    found: Snapshot = {name: _process_seconds(pid) for name, pid in named.items()}
     found["postgres"] = _postgres_seconds()
     found["machine"] = _machine_busy_seconds()
     return found
 
 
-def used(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+def _delta(before: float | dict[int, float], after: float | dict[int, float]) -> float:
+    if isinstance(before, dict) and isinstance(after, dict):
+        # Per process, over those alive at the end: a backend that exits in the window takes
+        # its seconds with it (subtracting its earlier total made the sum negative), and one
+        # that starts in it counts from zero. The servers keep their backends open.
+        return sum(s - before.get(pid, 0.0) for pid, s in after.items())
+    assert isinstance(before, float) and isinstance(after, float)
+    return after - before
+
+
+def used(before: Snapshot, after: Snapshot, seconds: float) -> dict[str, float]:
     """Cores used on average over the window, per entry, and `rest` = machine - the others."""
-    cores = {k: (after[k] - before[k]) / seconds for k in before}
+    cores = {k: _delta(before[k], after[k]) / seconds for k in before}
     cores["rest"] = cores["machine"] - sum(v for k, v in cores.items() if k != "machine")
     return {k: round(v, 2) for k, v in cores.items()}
