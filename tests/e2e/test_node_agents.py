@@ -120,9 +120,12 @@ def test_two_node_agents_warm_claim_fail_over_and_survive_a_restart(tmp_path: Pa
 
         # Claim the warm hold: instant, and the task runs with exactly the hold's GPUs.
         pidfile = tmp_path / "task.pid"
+        # The pid file first, closed, then the line the test waits for: once the line has
+        # reached the server, the file is there to read.
         script = (
-            "import os, time; print('task on', os.environ['CUDA_VISIBLE_DEVICES'], flush=True); "
-            f"open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+            f"import os, time; f = open({str(pidfile)!r}, 'w'); f.write(str(os.getpid())); "
+            "f.close(); print('task on', os.environ['CUDA_VISIBLE_DEVICES'], flush=True); "
+            "time.sleep(300)"
         )
         alloc = user.post(
             f"/v1/holds/{h1['id']}/claim", json={"command": [sys.executable, "-c", script]}

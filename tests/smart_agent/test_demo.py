@@ -97,7 +97,9 @@ def test_one_short_round_runs_end_to_end_and_keep_leaves_the_cluster_up(
         keep=True,
         folder=folder,
         rounds=(Round(2, think_s=2.0, epochs=1),),
-        epoch_s=0.5,
+        # The agent sees the job by scanning processes every 0.5 s: a job of one 1.5 s epoch
+        # outlives two scans even when one is slow (one of 0.5 s could fall between two).
+        epoch_s=1.5,
         pause_s=0.5,
         settle_s=2.0,
         explore=explore,
