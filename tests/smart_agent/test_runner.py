@@ -64,8 +64,10 @@ def test_the_scheduler_runs_a_cycle_every_cycle_s(running: Runner) -> None:
     # The cycle's row is written inside the cycle and the counter moves after it returns:
     # wait for both, or a read between the two sees the third row and a count of two.
     wait_for(
-        lambda: len(_rows(running, "SELECT id FROM cycles WHERE trigger='timer'")) >= 3
-        and running.cycles >= 3,
+        lambda: (
+            len(_rows(running, "SELECT id FROM cycles WHERE trigger='timer'")) >= 3
+            and running.cycles >= 3
+        ),
         timeout=20,
         what="three timer cycles, logged and counted",
     )
