@@ -213,3 +213,40 @@ def _fake(spec: str, i: int) -> dict[str, Any]:
         "idle_gpu_hours": 10.0 * (i + 1),
         "idle_ratio": 0.001 * (i + 1),
     }
+
+
+# -- the array_size cue at its best, bench/cue_value.py ---------------------------------------
+
+
+def test_the_derived_cue_is_each_users_whole_clump() -> None:
+    cue_value = _bench_module("cue_value")
+    rows = [
+        ("a", 0.0, 1, 600.0),
+        ("b", 10.0, 1, 600.0),  # another user inside a's clump: a clump of its own
+        ("a", 100.0, 1, 600.0),
+        ("a", 219.0, 1, 600.0),  # 119 s after the previous: still a's first clump
+        ("a", 400.0, 1, 600.0),  # 181 s: a new clump
+        ("b", 5000.0, 1, 600.0),
+    ]
+    cued = cue_value.with_clump_sizes(_jobs(rows))
+    assert [(j.user, j.array_size) for j in cued] == [
+        ("a", 3),
+        ("b", 1),
+        ("a", 3),
+        ("a", 3),
+        ("a", 1),
+        ("b", 1),
+    ]
+    assert [(j.job_id, j.submit, j.gpus) for j in cued] == [
+        (j.job_id, j.submit, j.gpus) for j in _jobs(rows)
+    ]
+
+
+def test_the_cue_lets_the_session_model_warm_a_sweep_it_has_never_seen() -> None:
+    # One user's first sweep: 12 one-GPU jobs a minute apart. Without the cue the session
+    # model has no past clump to size it from; with it, the first submit says how many follow.
+    cue_value = _bench_module("cue_value")
+    jobs = _jobs([("u", 60.0 * i, 1, 3600.0) for i in range(12)])
+    plain = _run(jobs, "session")
+    cued = _run(cue_value.with_clump_sizes(jobs, gap_s=120.0), "session")
+    assert cued["mean_time_to_gpu_s"] < plain["mean_time_to_gpu_s"]
