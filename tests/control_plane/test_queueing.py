@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from control_plane.config import ConfigError, ServerSettings, load_settings
 from tests.control_plane.conftest import ADMIN, Api
@@ -146,3 +148,59 @@ def test_a_release_counts_its_own_usage_when_it_picks_the_next_request(api: Api)
     light_now = api.http.get(f"/v1/allocations/{light_next['id']}", headers=light).json()
     heavy_now = api.http.get(f"/v1/allocations/{heavy_next['id']}", headers=heavy).json()
     assert (light_now["status"], heavy_now["status"]) == ("allocated", "pending")
+
+
+@pytest.mark.parametrize("settings", [1000], indirect=True)
+def test_a_full_cluster_tries_each_queued_shape_once(api: Api) -> None:
+    """A tenant under its limit queues on a cluster another tenant fills: a pass over its
+    queue tries one placement per shape, so a request costs the same behind 10 waiting
+    requests as behind 60 (it was one read of the placed holds per waiting request)."""
+    api.node("n1", gpus=2)
+    _, other = api.tenant("other", quota=2)
+    _, mine = api.tenant("mine", quota=64)
+    for _ in range(2):
+        assert _ask(api, other)[0] == 201
+
+    def statements_of_one_more() -> int:
+        seen: list[str] = []
+
+        def count(_conn, _cursor, statement, *_args) -> None:  # type: ignore[no-untyped-def]
+            seen.append(statement)
+
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            assert _ask(api, mine)[0] == 202
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+        return len(seen)
+
+    for _ in range(10):
+        assert _ask(api, mine)[0] == 202
+    behind_10 = statements_of_one_more()
+    for _ in range(50):
+        assert _ask(api, mine)[0] == 202
+    assert statements_of_one_more() == behind_10
+
+
+def test_a_shape_that_does_not_fit_does_not_hold_back_a_smaller_one(api: Api) -> None:
+    api.node("n1", gpus=3)
+    _, other = api.tenant("other", quota=2)
+    _, mine = api.tenant("mine", quota=8)
+    status, running = _ask(api, other, gpus=2)
+    assert status == 201
+    status, big = _ask(api, mine, gpus=2)
+    assert status == 202  # one GPU free
+    # Behind its own waiting request, then served in the same pass: the 2-GPU shape did not
+    # fit, the 1-GPU one does.
+    status, small = _ask(api, mine)
+    assert status == 201 and small["status"] == "allocated"
+    status, third = _ask(api, mine)
+    assert status == 202  # the cluster is full now
+    api.clock.advance(5)
+    api.http.delete(f"/v1/allocations/{running['id']}", headers=other)
+    shown = {
+        name: api.http.get(f"/v1/allocations/{a['id']}", headers=mine).json()["status"]
+        for name, a in (("big", big), ("third", third))
+    }
+    # Two GPUs came back: the oldest request, the 2-GPU one, takes them.
+    assert shown == {"big": "allocated", "third": "pending"}
