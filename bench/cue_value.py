@@ -21,11 +21,10 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from generalize import TRACES, Runner, _f, _gain, _pct, choose, default_spec
+from generalize import TRACES, Runner, _f, _gain, _pct, choose, default_spec, load_traces
 from machine import describe
-from sweeps import peak_demand
 
-from control_plane.replay.trace import Job, load_trace, shared_trace
+from control_plane.replay.trace import Job
 from predictors.session import CLUMP_GAP_S
 
 CUED = " with the cue"
@@ -78,13 +77,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.05)
     parser.add_argument("--cold-start", type=float, nargs="+", default=[120.0])
     args = parser.parse_args()
-    jobs, capacity = {}, {}
-    for name, file in TRACES.items():
-        path = shared_trace(file)
-        if path is None:
-            parser.error(f"../shared/traces/{file} is not beside the repository")
-        jobs[name] = load_trace(path)
-        capacity[name] = 968 if name == "Helios" else peak_demand(jobs[name])
+    jobs, capacity = load_traces(parser)
+    for name in TRACES:
         jobs[name + CUED] = with_clump_sizes(jobs[name])
         capacity[name + CUED] = capacity[name]
     run = Runner(jobs, capacity)

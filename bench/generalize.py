@@ -215,12 +215,9 @@ def write(path: Path, text: str) -> None:
     path.write_text(new)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=0.05)
-    parser.add_argument("--cold-start", type=float, nargs="+", default=[120.0, 600.0])
-    parser.add_argument("--write", type=Path, default=None)
-    args = parser.parse_args()
+def load_traces(parser: argparse.ArgumentParser) -> tuple[dict[str, list[Job]], dict[str, int]]:
+    """Every trace of TRACES and its capacity (Helios its own 968 GPUs, the others their
+    peak demand in whole nodes); a missing trace is the parser's error."""
     jobs, capacity = {}, {}
     for name, file in TRACES.items():
         path = shared_trace(file)
@@ -228,6 +225,16 @@ def main() -> None:
             parser.error(f"../shared/traces/{file} is not beside the repository")
         jobs[name] = load_trace(path)
         capacity[name] = 968 if name == "Helios" else peak_demand(jobs[name])
+    return jobs, capacity
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=0.05)
+    parser.add_argument("--cold-start", type=float, nargs="+", default=[120.0, 600.0])
+    parser.add_argument("--write", type=Path, default=None)
+    args = parser.parse_args()
+    jobs, capacity = load_traces(parser)
     run = Runner(jobs, capacity)
     names = list(TRACES)
     started = time.perf_counter()

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from fastapi.testclient import TestClient
 
-from control_plane.api.app import create_app
 from control_plane.config import ServerSettings
 from control_plane.db.engine import Database
 from control_plane.jobs.registry import hold_lifecycle, liveness, retention
 from control_plane.services import leases as leader
-from tests.conftest import FakeClock
 from tests.control_plane.conftest import ADMIN, Api
 from tests.support.state import ASSIGNMENT_TABLES, assignment_state
+
+
+@pytest.fixture
+def settings(settings: ServerSettings) -> ServerSettings:
+    """The tests here flush the heartbeat buffer themselves. The app's own flusher runs every
+    heartbeat_flush_s of real time: a minute here, so it cannot write the buffer between a
+    test's heartbeat and its flush on a slow machine."""
+    return settings.model_copy(update={"heartbeat_flush_s": 60.0})
 
 
 def _status(api: Api, path: str, headers: dict) -> str:
@@ -172,23 +175,11 @@ def test_liveness_waits_one_timeout_after_an_election(
     assert runs == [clock.now]
 
 
-@pytest.fixture
-def slow_flush_api(db: Database, settings: ServerSettings, clock: FakeClock) -> Iterator[Api]:
-    """The app's own flusher runs every heartbeat_flush_s of real time: a minute here, so
-    that only the test's flushes write the buffer (a flush of its own between the heartbeat
-    and the test's flush would leave the test nothing to flush)."""
-    slow = settings.model_copy(update={"heartbeat_flush_s": 60.0})
-    app = create_app(slow, db=db, clock=clock, key_cache_ttl_s=0)
-    with TestClient(app, raise_server_exceptions=False) as http:
-        yield Api(http=http, clock=clock)
-
-
 def test_heartbeats_are_written_behind_and_state_changes_at_once(
-    slow_flush_api: Api, db: Database, settings: ServerSettings
+    api: Api, db: Database, settings: ServerSettings
 ) -> None:
     from control_plane.db.models import NodeRow
 
-    api = slow_flush_api
     node = api.node("n1", gpus=2)
     buffer = api.http.app.state.heartbeats
     registered = node["last_heartbeat_at"]
