@@ -28,6 +28,7 @@ from sqlmodel import Session
 from control_plane.db.loopreads import LoopReader
 from control_plane.db.pinging import ping_when_idle
 from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
+from control_plane.db.wal import CHECKPOINT_EVERY, WalCheckpointer
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 
@@ -113,6 +114,9 @@ def _sqlite_engine(
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # No commit copies the log back itself (it would hold the write mutex through it):
+        # `WalCheckpointer` does, after the commit, on its own thread.
+        cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
         # Decayed usage is charged in SQL (`sql.CHARGE_USAGE`); SQLite has `power` only
@@ -136,7 +140,7 @@ def _sqlite_engine(
 class Database:
     """One engine plus the two kinds of transaction the services use: read and write."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, checkpoint_every: int = CHECKPOINT_EVERY) -> None:
         self._commit_hooks: list[Callable[[set[str]], None]] = []
         self.view_cache = EpochCache()
         self._loop_connections = threading.local()
@@ -159,6 +163,11 @@ class Database:
             # SQLite has one writer. Queueing writers on a mutex here is far cheaper than
             # letting them meet at BEGIN IMMEDIATE, where SQLite's busy handler sleeps.
             self._write_mutex: threading.Lock | None = threading.Lock()
+            self._wal: WalCheckpointer | None = (
+                WalCheckpointer(self.engine, self._write_mutex, every=checkpoint_every)
+                if _sqlite_file(self.url) is not None
+                else None
+            )
             # Reads that never wait (WAL: a reader does not wait on the writer, and a busy
             # file is an error at once, not a sleep), for the event loop's own thread.
             self._loop_engine: Engine | None = (
@@ -167,7 +176,7 @@ class Database:
                 else None
             )
             # Commits that do not wait on the disk (WAL, NORMAL or OFF: no fsync but at a
-            # checkpoint, which `checkpoint` runs off the loop) may run on the loop too.
+            # checkpoint, which `WalCheckpointer` runs off the loop) may run on the loop too.
             self._loop_commits = synchronous in ("NORMAL", "OFF")
         elif self.url.startswith("postgresql"):
             self.is_sqlite = False
@@ -177,6 +186,7 @@ class Database:
             # `commit_with`), each with other statements: psycopg's own were round trips alone.
             self._write_bind = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             self._write_mutex = None
+            self._wal = None
             self._loop_engine = None
             self._loop_commits = False
         else:
@@ -292,13 +302,19 @@ class Database:
         finally:
             self._write_mutex.release()
         self._publish(session.touched_nodes)
+        if self._wal is not None:
+            self._wal.committed()
 
     def checkpoint(self) -> None:
-        """Copy the write-ahead log into the database file (SQLite; blocking: call it off
-        the event loop). The loop's writer leaves this to here: its commits never do it."""
-        if self.is_sqlite:
-            with self.engine.connect() as connection:
-                connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        """Copy the write-ahead log into the database file now (a SQLite file; blocking: call
+        it off the event loop). Commits start one every so often by themselves."""
+        if self._wal is not None:
+            self._wal.run()
+
+    def wait_for_checkpoint(self) -> None:
+        """Until the checkpoint that commits started last has finished."""
+        if self._wal is not None:
+            self._wal.wait()
 
     def _loop_connection(self, role: str) -> Connection:
         """This thread's kept-open connection for `role` (reader, writer): a checkout from
@@ -308,9 +324,6 @@ class Database:
             assert self._loop_engine is not None
             connection = self._loop_engine.connect()
             if role == "writer":
-                # A commit on the loop never runs a checkpoint (an fsync): `checkpoint` does.
-                connection.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
-                connection.commit()
                 connection = connection.execution_options(sqlite_begin="IMMEDIATE")
             setattr(self._loop_connections, role, connection)
             with self._loop_lock:
@@ -330,6 +343,8 @@ class Database:
             return
         with self._write_mutex, self._write_session(placement) as session:
             yield session
+        if self._wal is not None:  # committed, and the mutex is free again
+            self._wal.committed()
 
     @contextmanager
     def _write_session(self, placement: bool) -> Iterator[Session]:
@@ -423,6 +438,8 @@ class Database:
             connection.close()
 
     def dispose(self) -> None:
+        if self._wal is not None:
+            self._wal.close()
         self.engine.dispose()
         with self._loop_lock:
             opened, self._loop_opened = self._loop_opened, []

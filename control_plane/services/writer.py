@@ -35,9 +35,6 @@ log = logging.getLogger(__name__)
 
 # Enough to fill a commit under load; small enough that one batch's answers are not held long.
 MAX_BATCH = 64
-# Batches committed on the event loop between two checkpoints of the write-ahead log (SQLite
-# checkpoints itself at about 1,000 pages; a batch writes a few).
-CHECKPOINT_EVERY = 200
 # How the loop waits for another writer to finish: a turn every millisecond, for a second.
 LOOP_WAIT_S = 0.001
 LOOP_WAIT_TURNS = 1000
@@ -92,7 +89,6 @@ class GroupWriter:
         self._on_loop: list[Command] = []
         self._loop_scheduled = False
         self._loop_waits = 0  # turns in a row the loop found another writer
-        self._loop_batches = 0
         self.batches = 0  # committed batches, for tests and the benchmark's notes
         self.commands = 0
 
@@ -183,18 +179,6 @@ class GroupWriter:
         alone = self._answer(commands, results)
         self._to_thread(alone)
         _settle([c for c in commands if c.answer.done()])
-        self._loop_batches += 1
-        if self._loop_batches % CHECKPOINT_EVERY == 0:
-            # The loop's commits leave the write-ahead log to grow; a thread copies it back
-            # (not once the loop is shutting its executor down).
-            with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop().run_in_executor(None, self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        try:
-            self._db.checkpoint()
-        except Exception:  # the next one will try again
-            log.warning("write-ahead log checkpoint failed", exc_info=True)
 
     def _ensure_started(self) -> None:
         if self._thread is not None:

@@ -1,0 +1,99 @@
+"""SQLite's write-ahead log: no commit copies it back while holding the write lock, and a
+checkpoint beside a busy writer still lets the log start over."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from control_plane.db.engine import Database
+
+PAGE = 4096
+BLOB = os.urandom(64 * PAGE)  # random, so SQLite cannot make it smaller
+
+
+def _open(path: Path, every: int) -> Database:
+    db = Database(f"sqlite:///{path}", checkpoint_every=every)
+    with db.write() as session:
+        session.execute(text("CREATE TABLE t (x BLOB)"))
+    return db
+
+
+@pytest.fixture
+def wal_path(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "wal.db"
+
+
+def _insert(db: Database, blob: bytes = BLOB) -> None:
+    with db.write() as session:
+        session.execute(text("INSERT INTO t (x) VALUES (:x)"), {"x": blob})
+
+
+def _log_frames(path: Path) -> int:
+    """Frames in the log now (a PASSIVE checkpoint reports them; it copies, but never waits)."""
+    with sqlite3.connect(path) as raw:
+        return raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+
+def test_a_commit_never_checkpoints_by_itself(wal_path: Path) -> None:
+    # SQLite's automatic checkpoint would run inside the commit that crosses 1,000 pages,
+    # with the write mutex held; with it off, the log only grows until a checkpoint is asked.
+    db = _open(wal_path, every=10**9)
+    try:
+        for _ in range(30):  # about 1,900 pages
+            _insert(db)
+        assert os.path.getsize(f"{wal_path}-wal") > 1500 * PAGE
+        assert os.path.getsize(wal_path) < 100 * PAGE
+    finally:
+        db.dispose()
+
+
+def test_every_nth_commit_copies_the_log_back_on_another_thread(wal_path: Path) -> None:
+    db = _open(wal_path, every=5)
+    try:
+        for _ in range(3):
+            _insert(db)
+        assert os.path.getsize(wal_path) < 100 * PAGE  # the create was commit 1 of 5
+        _insert(db)
+        db.wait_for_checkpoint()
+        assert os.path.getsize(wal_path) > 4 * 64 * PAGE  # the four blobs are in the file
+        _insert(db)  # the log was copied whole, so this commit starts it over
+        assert _log_frames(wal_path) < 80
+    finally:
+        db.dispose()
+
+
+def test_a_checkpoint_beside_a_busy_writer_lets_the_log_start_over(wal_path: Path) -> None:
+    db = _open(wal_path, every=10**9)
+    enough, pause, paused = threading.Event(), threading.Event(), threading.Event()
+
+    def write_all_the_while() -> None:
+        commits = 0
+        while not pause.is_set():
+            _insert(db, BLOB[: 8 * PAGE])
+            commits += 1
+            if commits == 300:  # a log of a few thousand frames, still being appended to
+                enough.set()
+        paused.set()
+
+    writer = threading.Thread(target=write_all_the_while)
+    writer.start()
+    try:
+        assert enough.wait(60)
+        db.checkpoint()
+        pause.set()
+        assert paused.wait(10)
+        # At most one commit followed the checkpoint; this one starts the log over only if
+        # the checkpoint left nothing behind, appends behind thousands of frames if not.
+        _insert(db, b"x")
+        assert _log_frames(wal_path) < 40
+    finally:
+        pause.set()
+        writer.join(10)
+        db.dispose()
