@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -18,16 +15,15 @@ from sqlalchemy import (
     Engine,
     Float,
     create_engine,
-    event,
     literal_column,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session
 
 from control_plane.db.loopreads import LoopReader
 from control_plane.db.pinging import ping_when_idle
-from control_plane.db.session import EpochCache, RawReadSession, TxSession, as_sqlalchemy_error
+from control_plane.db.session import EpochCache, RawReadSession, TxSession
+from control_plane.db.sqlite import SQLITE_SYNCHRONOUS, sqlite_engine, sqlite_file
 from control_plane.db.wal import CHECKPOINT_EVERY, WalCheckpointer
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
@@ -41,9 +37,6 @@ PLACEMENT_LOCK_KEY = 0x6A697467  # "jitg"
 _PLACEMENT_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 _READ_EPOCH = "SELECT value FROM cluster_epoch WHERE id = 1"
 
-SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}
-
 
 class DatabaseConfigError(ValueError):
     """The database URL or a database setting is not usable; the message says which."""
@@ -56,23 +49,6 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def _private_sqlite_files(database: str) -> None:
-    """Create the SQLite file 0600 (SQLite gives its -wal and -shm files the database file's
-    mode) and take group and other access away from files an older version left readable."""
-    path = Path(database).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        part = path.with_name(path.name + suffix)
-        try:
-            if part.stat().st_mode & 0o077:
-                os.chmod(part, 0o600)
-        except FileNotFoundError:
-            continue
-        except PermissionError:  # not ours: leave it to its owner
-            continue
-
-
 class ReadWouldWait(Exception):
     """A read on the event loop's thread found the database busy: do it on a worker thread."""
 
@@ -83,58 +59,6 @@ class WriteWouldWait(Exception):
 
 def _busy(exc: OperationalError) -> bool:
     return "locked" in str(exc.orig) or "busy" in str(exc.orig)
-
-
-def _sqlite_file(url: str) -> str | None:
-    parsed = make_url(url)
-    if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
-        return parsed.database
-    return None
-
-
-def _sqlite_engine(
-    url: str, synchronous: str, *, busy_ms: int = 30000, pool_size: int = 8, max_overflow: int = 24
-) -> Engine:
-    database = _sqlite_file(url)
-    if database is not None:
-        _private_sqlite_files(database)
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": busy_ms / 1000},
-        pool_size=pool_size,
-        max_overflow=max_overflow,
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
-        # pysqlite's own transaction handling defers BEGIN; we emit BEGIN ourselves so that
-        # writers can take the write lock up front (BEGIN IMMEDIATE) and never deadlock.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        # No commit copies the log back itself (it would hold the write mutex through it):
-        # `WalCheckpointer` does, after the commit, on its own thread.
-        cursor.execute("PRAGMA wal_autocheckpoint=0")
-        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
-        cursor.close()
-        # Decayed usage is charged in SQL (`sql.CHARGE_USAGE`); SQLite has `power` only
-        # when built with its math functions, so every connection gets the same one.
-        dbapi_connection.create_function("power", 2, math.pow, deterministic=True)
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-        # On the DB-API connection: through `exec_driver_sql` the BEGIN cost more than the
-        # read it opens (every heartbeat's reads are one such transaction).
-        statement = _BEGIN[mode]
-        try:
-            connection.connection.driver_connection.execute(statement)
-        except sqlite3.Error as exc:  # as SQLAlchemy would raise it (a busy file included)
-            raise as_sqlalchemy_error(connection.dialect, statement, None, exc) from exc
-
-    return engine
 
 
 class Database:
@@ -158,21 +82,21 @@ class Database:
                     + ", ".join(SQLITE_SYNCHRONOUS)
                 )
             self.is_sqlite = True
-            self.engine = _sqlite_engine(self.url, synchronous)
+            self.engine = sqlite_engine(self.url, synchronous)
             self._write_bind = self.engine.execution_options(sqlite_begin="IMMEDIATE")
             # SQLite has one writer. Queueing writers on a mutex here is far cheaper than
             # letting them meet at BEGIN IMMEDIATE, where SQLite's busy handler sleeps.
             self._write_mutex: threading.Lock | None = threading.Lock()
             self._wal: WalCheckpointer | None = (
                 WalCheckpointer(self.engine, self._write_mutex, every=checkpoint_every)
-                if _sqlite_file(self.url) is not None
+                if sqlite_file(self.url) is not None
                 else None
             )
             # Reads that never wait (WAL: a reader does not wait on the writer, and a busy
             # file is an error at once, not a sleep), for the event loop's own thread.
             self._loop_engine: Engine | None = (
-                _sqlite_engine(self.url, synchronous, busy_ms=0, pool_size=4, max_overflow=4)
-                if _sqlite_file(self.url) is not None
+                sqlite_engine(self.url, synchronous, busy_ms=0, pool_size=4, max_overflow=4)
+                if sqlite_file(self.url) is not None
                 else None
             )
             # Commits that do not wait on the disk (WAL, NORMAL or OFF: no fsync but at a
