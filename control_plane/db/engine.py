@@ -24,7 +24,7 @@ from control_plane.db.loopreads import LoopReader
 from control_plane.db.pinging import ping_when_idle
 from control_plane.db.session import EpochCache, RawReadSession, TxSession
 from control_plane.db.sqlite import SQLITE_SYNCHRONOUS, sqlite_engine, sqlite_file
-from control_plane.db.wal import CHECKPOINT_EVERY, WalCheckpointer
+from control_plane.db.wal import CHECKPOINT_AFTER_S, CHECKPOINT_EVERY, WalCheckpointer
 
 DEFAULT_DATABASE_URL = "sqlite:///jitgpu.db"
 
@@ -64,7 +64,13 @@ def _busy(exc: OperationalError) -> bool:
 class Database:
     """One engine plus the two kinds of transaction the services use: read and write."""
 
-    def __init__(self, url: str | None = None, *, checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+        checkpoint_after_s: float = CHECKPOINT_AFTER_S,
+    ) -> None:
         self._commit_hooks: list[Callable[[set[str]], None]] = []
         self.view_cache = EpochCache()
         self._loop_connections = threading.local()
@@ -88,7 +94,12 @@ class Database:
             # letting them meet at BEGIN IMMEDIATE, where SQLite's busy handler sleeps.
             self._write_mutex: threading.Lock | None = threading.Lock()
             self._wal: WalCheckpointer | None = (
-                WalCheckpointer(self.engine, self._write_mutex, every=checkpoint_every)
+                WalCheckpointer(
+                    self.engine,
+                    self._write_mutex,
+                    every=checkpoint_every,
+                    after_s=checkpoint_after_s,
+                )
                 if sqlite_file(self.url) is not None
                 else None
             )

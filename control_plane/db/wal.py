@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from sqlalchemy import Engine
@@ -14,6 +16,9 @@ log = logging.getLogger(__name__)
 # batch of the group-commit writer writes a few dozen, and a checkpoint costs 20-40 ms of
 # disk work on a busy file, so this keeps the log to tens of megabytes at full load.
 CHECKPOINT_EVERY = 200
+# Seconds after which a commit starts one anyway: a flush of many nodes' telemetry writes
+# hundreds of pages in one commit, and 200 of those would be a log of a hundred megabytes.
+CHECKPOINT_AFTER_S = 1.0
 # Passes beside the writers before the last one, which holds them back: each copies what was
 # appended during the one before, so the last one's pages (and the writers' wait) are few.
 CATCH_UP_PASSES = 3
@@ -23,7 +28,8 @@ FEW_FRAMES = 64
 
 
 class WalCheckpointer:
-    """Copies the write-ahead log back into the database file every `every` commits.
+    """Copies the write-ahead log back into the database file every `every` commits, or at
+    the first commit `after_s` seconds after the last checkpoint.
 
     SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so the
     writer that commits holds the process's write mutex through the whole copy and its
@@ -40,22 +46,34 @@ class WalCheckpointer:
     """
 
     def __init__(
-        self, engine: Engine, write_mutex: threading.Lock, *, every: int = CHECKPOINT_EVERY
+        self,
+        engine: Engine,
+        write_mutex: threading.Lock,
+        *,
+        every: int = CHECKPOINT_EVERY,
+        after_s: float = CHECKPOINT_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
         self._write_mutex = write_mutex
         self._every = every
+        self._after_s = after_s
+        self._clock = clock
         self._lock = threading.Lock()
-        self._commits = 0
+        self._commits = 0  # since the last checkpoint started
+        self._started_at = clock()
         self._pending: Future[None] | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def committed(self) -> None:
-        """Count one commit; every `every`th starts a checkpoint unless one is running."""
+        """Count one commit, and start a checkpoint if one is due and none is running."""
         with self._lock:
             self._commits += 1
-            if self._commits % self._every or (self._pending and not self._pending.done()):
+            now = self._clock()
+            due = self._commits >= self._every or now - self._started_at >= self._after_s
+            if not due or (self._pending and not self._pending.done()):
                 return
+            self._commits, self._started_at = 0, now
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="wal-checkpoint")
             self._pending = self._pool.submit(self._run_logged)

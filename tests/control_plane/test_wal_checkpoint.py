@@ -3,6 +3,7 @@ checkpoint beside a busy writer still lets the log start over."""
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -13,13 +14,17 @@ import pytest
 from sqlalchemy import text
 
 from control_plane.db.engine import Database
+from control_plane.db.wal import WalCheckpointer
 
 PAGE = 4096
 BLOB = os.urandom(64 * PAGE)  # random, so SQLite cannot make it smaller
 
 
+NEVER = 10**9
+
+
 def _open(path: Path, every: int) -> Database:
-    db = Database(f"sqlite:///{path}", checkpoint_every=every)
+    db = Database(f"sqlite:///{path}", checkpoint_every=every, checkpoint_after_s=math.inf)
     with db.write() as session:
         session.execute(text("CREATE TABLE t (x BLOB)"))
     return db
@@ -44,7 +49,7 @@ def _log_frames(path: Path) -> int:
 def test_a_commit_never_checkpoints_by_itself(wal_path: Path) -> None:
     # SQLite's automatic checkpoint would run inside the commit that crosses 1,000 pages,
     # with the write mutex held; with it off, the log only grows until a checkpoint is asked.
-    db = _open(wal_path, every=10**9)
+    db = _open(wal_path, every=NEVER)
     try:
         for _ in range(30):  # about 1,900 pages
             _insert(db)
@@ -69,8 +74,32 @@ def test_every_nth_commit_copies_the_log_back_on_another_thread(wal_path: Path) 
         db.dispose()
 
 
+def test_a_commit_long_after_the_last_checkpoint_starts_one(wal_path: Path) -> None:
+    # Few commits of many pages each (a flush of many nodes' telemetry) still get one.
+    db = _open(wal_path, every=NEVER)
+    now = [0.0]
+    checkpointer = WalCheckpointer(
+        db.engine, threading.Lock(), every=NEVER, after_s=1.0, clock=lambda: now[0]
+    )
+    try:
+        for at in (0.2, 0.9):
+            now[0] = at
+            _insert(db)
+            checkpointer.committed()
+            checkpointer.wait()
+        assert os.path.getsize(wal_path) < 100 * PAGE
+        now[0] = 1.0
+        _insert(db)
+        checkpointer.committed()
+        checkpointer.wait()
+        assert os.path.getsize(wal_path) > 3 * 64 * PAGE
+    finally:
+        checkpointer.close()
+        db.dispose()
+
+
 def test_a_checkpoint_beside_a_busy_writer_lets_the_log_start_over(wal_path: Path) -> None:
-    db = _open(wal_path, every=10**9)
+    db = _open(wal_path, every=NEVER)
     enough, pause, paused = threading.Event(), threading.Event(), threading.Event()
 
     def write_all_the_while() -> None:
