@@ -65,6 +65,9 @@ class ServerSettings(BaseModel):
     # "heartbeats": this server takes only nodes' heartbeats, next to a main server on the
     # same database (docs/operations.md); it runs no periodic jobs.
     role: Literal["all", "heartbeats"] = "all"
+    # A heartbeats-role server this one starts as its own child process on this port (same
+    # host and database), and names to node agents when they register.
+    heartbeat_port: int | None = Field(default=None, ge=1, le=65535)
     run_jobs: bool = True
     retention_days: float = Field(default=30.0, gt=0, le=3650)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
@@ -110,6 +113,12 @@ class ServerSettings(BaseModel):
     def _heartbeats_role_runs_no_jobs(self) -> ServerSettings:
         if self.role == "heartbeats":
             self.run_jobs = False
+            self.heartbeat_port = None  # it is the child that would listen there
+        elif self.heartbeat_port is not None and self.heartbeat_port == self.port:
+            raise ValueError(
+                f"heartbeat_port {self.heartbeat_port} is the server's own port: allowed, any "
+                "other port (its heartbeats-role child listens there)"
+            )
         return self
 
 
@@ -124,6 +133,7 @@ ENV_KEYS = {
     "JITGPU_HEARTBEAT_FLUSH_S": "heartbeat_flush_s",
     "JITGPU_RUN_JOBS": "run_jobs",
     "JITGPU_ROLE": "role",
+    "JITGPU_HEARTBEAT_PORT": "heartbeat_port",
     "JITGPU_RETENTION_DAYS": "retention_days",
     "JITGPU_LOG_LEVEL": "log_level",
     "JITGPU_LOG_FORMAT": "log_format",

@@ -9,11 +9,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from control_plane import logs, secrets_file
+from control_plane import heartbeat_child, logs, secrets_file
 from control_plane.config import ConfigError, load_settings
 
 
 def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
+    config_path = config
     import uvicorn
 
     from control_plane.api import transport
@@ -45,6 +46,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
         # Say where the data is: a newcomer should never have to guess which file it was.
         print(f"database: {settings.database_url}", file=sys.stderr, flush=True)
     if settings.role == "heartbeats":
+        heartbeat_child.follow_parent()
         print(
             "role heartbeats: this server takes node heartbeats only (421 for anything else); "
             "the main server on the same database runs the rest and the periodic jobs",
@@ -80,6 +82,19 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     # process: moved out of the collector's sight, a full collection no longer walks it, which
     # stalled every request in flight (the p99 of allocate+release fell from ~140 ms to ~45-70
     # ms, BENCHMARKS.md).
+    child = None
+    if settings.heartbeat_port is not None:
+        child = heartbeat_child.start(settings, config_path)
+        print(
+            f"heartbeats-role server on port {settings.heartbeat_port} (pid {child.pid}); node "
+            "agents learn of it when they register",
+            file=sys.stderr,
+            flush=True,
+        )
     gc.freeze()
-    Server(config).run()
+    try:
+        Server(config).run()
+    finally:
+        if child is not None:
+            heartbeat_child.stop(child)
     return 0

@@ -209,6 +209,10 @@ class Agent:
         )
         node = self.client.register(body)
         self.node_id = node.id
+        if node.heartbeat_port and not self.cfg.heartbeat_server:
+            # The server runs a heartbeats-role process beside it; a configured one wins.
+            self.client.beat_to_port(node.heartbeat_port)
+            log.info("heartbeats go to %s, as the server says", self.client.heartbeats)
         self._epoch = None  # perhaps a new database: its epochs start again
         self.registered = True
         self.status = node.status.value

@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import BaseModel
@@ -112,6 +113,20 @@ class ControlPlane:
 
     def register(self, body: NodeRegister) -> Node:
         return self._post("/v1/nodes", body, Node)
+
+    def beat_to_port(self, port: int) -> None:
+        """Send heartbeats to `port` on the main server's host (a heartbeats-role process the
+        server named when this node registered), with the same fallback to the server."""
+        parts = urlsplit(self.server)
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address goes back in brackets
+            host = f"[{host}]"
+        url = urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", ""))
+        if self._beats is not None:
+            self._beats.close()
+        self.heartbeats = url.rstrip("/")
+        self._beats = httpx.Client(base_url=self.heartbeats, timeout=self._timeout)
+        self._beats_back_at = 0.0
 
     def heartbeat(self, node_id: str, body: Heartbeat) -> HeartbeatReply:
         path = f"/v1/nodes/{node_id}/heartbeat"

@@ -62,6 +62,12 @@ class Node(BaseModel):
     last_heartbeat_at: datetime | None
     gpus: list[Gpu]
     host: dict[str, float | int | None] = Field(default_factory=dict)
+    heartbeat_port: int | None = Field(
+        default=None,
+        description="In the registration reply only: the port of this server's heartbeats-role "
+        "process on the same host (`jitgpu server --heartbeat-port`); the node agent sends "
+        "its heartbeats there unless it was given a heartbeat server.",
+    )
 
 
 class GpuTelemetry(WireModel):

@@ -52,6 +52,12 @@ def server(
         help="all, or heartbeats: take only nodes' heartbeats, next to a main server on the "
         "same database (see docs/operations.md); also JITGPU_ROLE \\[default: all].",
     ),
+    heartbeat_port: int | None = typer.Option(
+        None,
+        "--heartbeat-port",
+        help="Also start a heartbeats-role server on this port, as a child process; node "
+        "agents send their heartbeats there (docs/operations.md); also JITGPU_HEARTBEAT_PORT.",
+    ),
 ) -> None:
     """Run the control plane (REST API and periodic jobs)."""
     from control_plane.serve import run_server
@@ -63,6 +69,7 @@ def server(
         "admin_token": admin_token,
         "run_jobs": False if no_jobs else None,
         "role": role,
+        "heartbeat_port": heartbeat_port,
     }
     raise typer.Exit(run_server(config=config, overrides=overrides))
 

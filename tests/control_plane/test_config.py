@@ -74,3 +74,16 @@ def test_heartbeats_role_runs_no_jobs_and_refuses_being_told_to() -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(env={"JITGPU_ROLE": "ingest"})
     assert "key 'role'" in str(caught.value) and "'all' or 'heartbeats'" in str(caught.value)
+
+
+def test_heartbeat_port_must_differ_from_the_port_and_a_child_ignores_it(tmp_path: Path) -> None:
+    env = {"JITGPU_PORT": "8080", "JITGPU_HEARTBEAT_PORT": "8081"}
+    assert load_settings(env=env).heartbeat_port == 8081
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={**env, "JITGPU_HEARTBEAT_PORT": "8080"})
+    assert "heartbeat_port 8080 is the server's own port" in str(caught.value)
+    # The child itself: the same file (or variables) names the port it listens on.
+    path = tmp_path / "server.yaml"
+    path.write_text("heartbeat_port: 8081\n")
+    child = load_settings(path, env={"JITGPU_ROLE": "heartbeats", "JITGPU_PORT": "8081"})
+    assert child.heartbeat_port is None and child.port == 8081

@@ -4,13 +4,18 @@ main server and the node stays online."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
 from tests.support.nodes import enrol_token
+from tests.support.pg import free_port
 from tests.support.procs import JITGPU, Proc, ServerProc, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -101,3 +106,66 @@ def test_heartbeats_go_to_the_heartbeat_server_and_fall_back_to_the_main_one(
     for proc in procs[:2]:
         assert "SQLite supports one replica" not in proc.output(), proc.output()[-2000:]
         assert "unhandled error" not in proc.output(), proc.output()[-2000:]
+
+
+def test_one_command_starts_the_heartbeat_server_and_nodes_learn_of_it(tmp_path: Path) -> None:
+    """`jitgpu server --heartbeat-port P` (here JITGPU_HEARTBEAT_PORT) starts the
+    heartbeats-role server as its child; a node agent told only the main server's URL sends
+    its heartbeats there; the child ends with the main server, even after a kill -9."""
+    port = free_port()
+    main = ServerProc(
+        tmp_path,
+        database_url=f"sqlite:///{tmp_path / 'jitgpu.db'}",
+        admin_token=ADMIN_TOKEN,
+        env={"JITGPU_HEARTBEAT_PORT": str(port)},
+        name="main",
+    ).start()
+    procs: list[Proc] = [main]
+    child: psutil.Process | None = None
+    try:
+        main.wait_ready()
+        beats = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(f"{beats}/readyz"), timeout=30, what="the heartbeat server")
+        found = re.search(r"heartbeats-role server on port \d+ \(pid (\d+)\)", main.output())
+        assert found, main.output()[-2000:]
+        child = psutil.Process(int(found.group(1)))
+        assert child.ppid() == main.pid
+
+        admin = main.admin()
+        token = enrol_token(admin, "n1", {})
+        config = tmp_path / "node.yaml"
+        config.write_text(
+            yaml.safe_dump({"heartbeat_interval_s": HEARTBEAT_S, "cache_dir": str(tmp_path / "c")})
+        )
+        args = [*JITGPU, "node", "--server", main.url, "--config", str(config)]
+        args += ["--enrol-token", token, "--name", "n1", "--simulated-gpus", "1"]
+        node = Proc(args, log=tmp_path / "node.log").start()
+        procs.append(node)
+        wait_for(lambda: main.heartbeats_served(beats) >= 5, timeout=30, what="beats at child")
+        assert main.heartbeats_served() == 0
+        assert [n["status"] for n in admin.get("/v1/nodes").json()] == ["online"]
+
+        # The main server alone (kill9 would end its whole process group, the child too).
+        os.kill(main.pid, signal.SIGKILL)
+        assert main.popen is not None
+        main.popen.wait(timeout=10)
+        wait_for(lambda: _gone(child), timeout=15, what="the child to follow its parent")
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+        if child is not None and not _gone(child):
+            child.kill()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

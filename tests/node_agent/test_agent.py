@@ -308,3 +308,15 @@ def test_sigterm_stops_warm_ups_and_reports_drain(
     assert cp.node("node-1")["status"] == "draining"
     # The hold is not failed by a shutdown: liveness re-places it when the node goes offline.
     assert cp.get(f"/v1/holds/{hold['id']}")["status"] == "warming"
+
+
+def test_heartbeats_go_to_the_port_the_server_names_on_its_host() -> None:
+    for server, beats in [
+        ("https://ctl.example:8443", "https://ctl.example:8081"),
+        ("http://[::1]:8080/jitgpu/", "http://[::1]:8081/jitgpu"),
+        ("http://10.0.0.5", "http://10.0.0.5:8081"),
+    ]:
+        client = ControlPlane(server, "token")
+        client.beat_to_port(8081)
+        assert client.heartbeats == beats
+        client.close()

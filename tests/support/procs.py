@@ -121,10 +121,10 @@ class ServerProc(Proc):
         wait_for(ready, timeout=timeout, what=f"server on {self.url}")
         return self
 
-    def heartbeats_served(self) -> float:
-        """Heartbeats this server answered so far (either path: hot or framework), by its own
-        metrics."""
-        with self.admin() as admin:
+    def heartbeats_served(self, url: str | None = None) -> float:
+        """Heartbeats this server (or the one at `url`: its heartbeats-role child) answered so
+        far (either path: hot or framework), by its own metrics."""
+        with self.admin(url) as admin:
             text = admin.get("/metrics").text
         return sum(
             float(line.rsplit(" ", 1)[1])
@@ -132,7 +132,9 @@ class ServerProc(Proc):
             if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
         )
 
-    def admin(self) -> httpx.Client:
+    def admin(self, url: str | None = None) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, timeout=10, headers={"Authorization": f"Bearer {self.admin_token}"}
+            base_url=url or self.url,
+            timeout=10,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
         )

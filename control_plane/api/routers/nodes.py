@@ -30,11 +30,14 @@ router = APIRouter(prefix="/v1", tags=["nodes"], responses=ERROR_RESPONSES)
 @router.post("/nodes", status_code=201, response_model=Node)
 def register_node(
     body: NodeRegister,
+    request: Request,
     db: Database = Depends(get_db),
     clock=Depends(get_clock),
     who: Principal = Depends(node_or_admin),
 ) -> Node:
-    return nodes.register(db, body=body, now=clock(), as_node=who.node_id)
+    node = nodes.register(db, body=body, now=clock(), as_node=who.node_id)
+    node.heartbeat_port = request.app.state.settings.heartbeat_port
+    return node
 
 
 @router.post("/nodes/{node_id}/heartbeat", response_model=HeartbeatReply)

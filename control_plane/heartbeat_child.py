@@ -1,0 +1,65 @@
+"""`jitgpu server --heartbeat-port`: the heartbeats-role server as a child of the main one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from control_plane.config import ServerSettings
+
+# Set in the child's environment: the main server's pid, whose end the child follows.
+PARENT_ENV = "JITGPU_PARENT_PID"
+STOP_WAIT_S = 10.0
+
+
+def start(settings: ServerSettings, config: Path | None) -> subprocess.Popen[bytes]:
+    """Start `jitgpu server --role heartbeats` on `settings.heartbeat_port`, same host and
+    database. Secrets go through its environment, never its command line (which `ps` shows)."""
+    assert settings.heartbeat_port is not None
+    env = {k: v for k, v in os.environ.items() if k != "JITGPU_HEARTBEAT_PORT"}
+    env.update(
+        {
+            "JITGPU_ROLE": "heartbeats",
+            "JITGPU_RUN_JOBS": "false",
+            "JITGPU_HOST": settings.host,
+            "JITGPU_PORT": str(settings.heartbeat_port),
+            "JITGPU_DATABASE_URL": settings.database_url,
+            "JITGPU_ADMIN_TOKEN": settings.admin_token or "",
+            PARENT_ENV: str(os.getpid()),
+        }
+    )
+    command = [sys.executable, "-m", "smart_agent.cli.main", "server"]
+    if config is not None:
+        command += ["--config", str(config)]
+    return subprocess.Popen(command, env=env)
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    """Stop it as the main server stops: SIGTERM (a graceful stop), SIGKILL if it hangs."""
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def follow_parent() -> None:
+    """In the child: stop when the main server is gone, even after a kill -9 of it, so that
+    no heartbeat server is left answering for a control plane that is not there."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="follow-parent", daemon=True).start()
