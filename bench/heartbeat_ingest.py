@@ -9,7 +9,8 @@ PostgreSQL with fsync on), then measures (1) the most heartbeats per second the 
 windows that take turns: with no heartbeats, with the target heartbeat rate (1,250 nodes
 every 5 s = 250/s) sent to the same server, and with it sent to a heartbeats-role server on
 the same database (`jitgpu server --role heartbeats`, the layout docs/operations.md
-describes). The heartbeats come from a second wrk,
+describes; with `--child`, the one the main server starts itself with `--heartbeat-port`).
+The heartbeats come from a second wrk,
 paced by a random delay between each of its connections' requests. Each round of the three
 windows gives one ratio per layout against its own idle window; the median over all rounds is
 the figure. On PostgreSQL the rounds start once the new database has settled: ten seconds of
@@ -35,8 +36,8 @@ import psycopg
 from alloc_throughput import ADMIN, UNLIMITED, require_wrk, run_wrk
 from machine import describe
 
-from tests.support.pg import TempPostgres
-from tests.support.procs import ServerProc
+from tests.support.pg import TempPostgres, free_port
+from tests.support.procs import ChildServer, ServerProc
 
 NODES = 1250
 # The paced heartbeats: this many connections, each waiting a random time between its
@@ -169,7 +170,7 @@ def measured_alloc(server: ServerProc, key: str, seconds: int, named: dict[str, 
 
 def loaded_window(
     server: ServerProc,
-    beats_to: ServerProc,
+    beats_to: ServerProc | ChildServer,
     ids: list[str],
     tokens: list[str],
     key: str,
@@ -225,18 +226,24 @@ def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dic
         **UNLIMITED,
     }
     url = pg.url(pg.create_database()) if pg else f"sqlite:///{tmp / 'hb.db'}"
-    server = ServerProc(tmp, database_url=url, admin_token=ADMIN, env=env).start()
-    beats = None
+    port = free_port()
+    one_command = {"JITGPU_HEARTBEAT_PORT": str(port)} if args.child else {}
+    server = ServerProc(tmp, database_url=url, admin_token=ADMIN, env={**env, **one_command})
+    server.start()
+    beats: ServerProc | ChildServer | None = None
     try:
         server.wait_ready()
-        beats = ServerProc(
-            tmp,
-            database_url=url,
-            admin_token=ADMIN,
-            env={**env, "JITGPU_ROLE": "heartbeats"},
-            name="beats",
-        ).start()
-        beats.wait_ready()
+        if args.child:  # one command: the main server's own child
+            beats = server.heartbeat_child(port)
+        else:
+            beats = ServerProc(
+                tmp,
+                database_url=url,
+                admin_token=ADMIN,
+                env={**env, "JITGPU_ROLE": "heartbeats"},
+                name="beats",
+            ).start()
+            beats.wait_ready()
         ids, tokens, key = register(server)
         hb = heartbeat_wrk(server.url, ids, tokens, args.seconds, tmp)
         # A node's first heartbeat through a server looks its key up on the framework's route;
@@ -280,7 +287,7 @@ def one_run(args: argparse.Namespace, tmp: Path, pg: TempPostgres | None) -> dic
             "rounds": rounds,
         }
     finally:
-        if beats is not None:
+        if isinstance(beats, ServerProc):
             beats.stop()
         server.stop()
 
@@ -297,6 +304,12 @@ def main() -> None:
     )
     parser.add_argument("--rate", type=float, default=NODES / 5.0, help="paced heartbeats/s")
     parser.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument(
+        "--child",
+        action="store_true",
+        help="the heartbeat server as the main server's child (jitgpu server --heartbeat-port) "
+        "instead of a second jitgpu server --role heartbeats",
+    )
     args = parser.parse_args()
     require_wrk()
     tmp = Path(tempfile.mkdtemp(prefix="jitgpu-hb-"))

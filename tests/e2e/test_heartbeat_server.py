@@ -5,7 +5,6 @@ main server and the node stays online."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
 
@@ -124,11 +123,8 @@ def test_one_command_starts_the_heartbeat_server_and_nodes_learn_of_it(tmp_path:
     child: psutil.Process | None = None
     try:
         main.wait_ready()
-        beats = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _answers(f"{beats}/readyz"), timeout=30, what="the heartbeat server")
-        found = re.search(r"heartbeats-role server on port \d+ \(pid (\d+)\)", main.output())
-        assert found, main.output()[-2000:]
-        child = psutil.Process(int(found.group(1)))
+        beats = main.heartbeat_child(port)
+        child = psutil.Process(beats.pid)
         assert child.ppid() == main.pid
 
         admin = main.admin()
@@ -141,7 +137,7 @@ def test_one_command_starts_the_heartbeat_server_and_nodes_learn_of_it(tmp_path:
         args += ["--enrol-token", token, "--name", "n1", "--simulated-gpus", "1"]
         node = Proc(args, log=tmp_path / "node.log").start()
         procs.append(node)
-        wait_for(lambda: main.heartbeats_served(beats) >= 5, timeout=30, what="beats at child")
+        wait_for(lambda: beats.heartbeats_served() >= 5, timeout=30, what="beats at the child")
         assert main.heartbeats_served() == 0
         assert [n["status"] for n in admin.get("/v1/nodes").json()] == ["online"]
 
@@ -155,13 +151,6 @@ def test_one_command_starts_the_heartbeat_server_and_nodes_learn_of_it(tmp_path:
             proc.stop()
         if child is not None and not _gone(child):
             child.kill()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _gone(process: psutil.Process) -> bool:

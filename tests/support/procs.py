@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -121,20 +123,55 @@ class ServerProc(Proc):
         wait_for(ready, timeout=timeout, what=f"server on {self.url}")
         return self
 
-    def heartbeats_served(self, url: str | None = None) -> float:
-        """Heartbeats this server (or the one at `url`: its heartbeats-role child) answered so
-        far (either path: hot or framework), by its own metrics."""
-        with self.admin(url) as admin:
-            text = admin.get("/metrics").text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
-        )
+    def heartbeats_served(self) -> float:
+        """Heartbeats this server answered so far, by its own metrics."""
+        return heartbeats_served_at(self.url, self.admin_token)
 
-    def admin(self, url: str | None = None) -> httpx.Client:
+    def heartbeat_child(self, port: int, timeout: float = 30.0) -> ChildServer:
+        """The heartbeats-role server this one started on `port` (`--heartbeat-port`), once
+        it answers."""
+        child = ChildServer(f"http://127.0.0.1:{port}", 0, self.admin_token)
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{child.url}/readyz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(ready, timeout=timeout, what=f"heartbeat server on {child.url}")
+        found = re.search(r"heartbeats-role server on port \d+ \(pid (\d+)\)", self.output())
+        assert found, self.output()[-2000:]
+        child.pid = int(found.group(1))
+        return child
+
+    def admin(self) -> httpx.Client:
         return httpx.Client(
-            base_url=url or self.url,
+            base_url=self.url,
             timeout=10,
             headers={"Authorization": f"Bearer {self.admin_token}"},
         )
+
+
+@dataclass
+class ChildServer:
+    """The heartbeats-role server a main server started (`--heartbeat-port`); it stops with
+    that server."""
+
+    url: str
+    pid: int
+    admin_token: str
+
+    def heartbeats_served(self) -> float:
+        return heartbeats_served_at(self.url, self.admin_token)
+
+
+def heartbeats_served_at(url: str, admin_token: str) -> float:
+    """Heartbeats the server at `url` answered so far (either path: hot or framework), by its
+    own metrics."""
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    text = httpx.get(f"{url}/metrics", headers=headers, timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("jitgpu_hot_route_requests_total") and "/heartbeat" in line
+    )
