@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,9 +13,38 @@ from pathlib import Path
 
 from control_plane.config import ServerSettings
 
+log = logging.getLogger(__name__)
+
 # Set in the child's environment: the main server's pid, whose end the child follows.
 PARENT_ENV = "JITGPU_PARENT_PID"
 STOP_WAIT_S = 10.0
+
+
+class HeartbeatChild:
+    """The child process, and a thread that says so in the log if it ends on its own (its port
+    taken, say): the nodes' heartbeats then come back to the main server, which still works,
+    only slower, and an operator should know why."""
+
+    def __init__(self, settings: ServerSettings, config: Path | None) -> None:
+        self.process = start(settings, config)
+        self.port = settings.heartbeat_port
+        self._stopping = threading.Event()
+        threading.Thread(target=self._watch, name="heartbeat-child", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        stop(self.process)
+
+    def _watch(self) -> None:
+        status = self.process.wait()
+        if not self._stopping.is_set():
+            log.warning(
+                "the heartbeats-role server on port %s (pid %d) exited with status %d; node "
+                "agents send their heartbeats to this server instead",
+                self.port,
+                self.process.pid,
+                status,
+            )
 
 
 def start(settings: ServerSettings, config: Path | None) -> subprocess.Popen[bytes]:

@@ -78,23 +78,23 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
             board.close()
             super().handle_exit(sig, frame)
 
+    child = None
+    if settings.heartbeat_port is not None:
+        child = heartbeat_child.HeartbeatChild(settings, config_path)
+        print(
+            f"heartbeats-role server on port {settings.heartbeat_port} "
+            f"(pid {child.process.pid}); node agents learn of it when they register",
+            file=sys.stderr,
+            flush=True,
+        )
     # Everything made so far (modules, the app, its routes and models) lives as long as the
     # process: moved out of the collector's sight, a full collection no longer walks it, which
     # stalled every request in flight (the p99 of allocate+release fell from ~140 ms to ~45-70
     # ms, BENCHMARKS.md).
-    child = None
-    if settings.heartbeat_port is not None:
-        child = heartbeat_child.start(settings, config_path)
-        print(
-            f"heartbeats-role server on port {settings.heartbeat_port} (pid {child.pid}); node "
-            "agents learn of it when they register",
-            file=sys.stderr,
-            flush=True,
-        )
     gc.freeze()
     try:
         Server(config).run()
     finally:
         if child is not None:
-            heartbeat_child.stop(child)
+            child.stop()
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -158,3 +159,29 @@ def _gone(process: psutil.Process) -> bool:
         return process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_a_heartbeat_child_that_cannot_listen_is_reported_and_the_server_works_on(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        main = ServerProc(
+            tmp_path,
+            admin_token=ADMIN_TOKEN,
+            env={"JITGPU_HEARTBEAT_PORT": str(port)},
+        ).start()
+        try:
+            main.wait_ready()
+            wait_for(
+                lambda: "exited with status" in main.output(),
+                timeout=30,
+                what="the main server to say its heartbeat child ended",
+            )
+            assert "send their heartbeats to this server instead" in main.output()
+            assert main.alive()
+            assert main.admin().get("/v1/nodes").status_code == 200
+        finally:
+            main.stop()
