@@ -32,8 +32,15 @@ class HeartbeatChild:
         threading.Thread(target=self._watch, name="heartbeat-child", daemon=True).start()
 
     def stop(self) -> None:
+        """Stop it as the main server stops: SIGTERM (a graceful stop), SIGKILL if it hangs."""
         self._stopping.set()
-        stop(self.process)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
     def _watch(self) -> None:
         status = self.process.wait()
@@ -67,17 +74,6 @@ def start(settings: ServerSettings, config: Path | None) -> subprocess.Popen[byt
     if config is not None:
         command += ["--config", str(config)]
     return subprocess.Popen(command, env=env)
-
-
-def stop(child: subprocess.Popen[bytes]) -> None:
-    """Stop it as the main server stops: SIGTERM (a graceful stop), SIGKILL if it hangs."""
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 def follow_parent() -> None:

@@ -14,7 +14,6 @@ from control_plane.config import ConfigError, load_settings
 
 
 def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
-    config_path = config
     import uvicorn
 
     from control_plane.api import transport
@@ -59,7 +58,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     except DatabaseConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = uvicorn.Config(
+    served = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -80,7 +79,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
 
     child = None
     if settings.heartbeat_port is not None:
-        child = heartbeat_child.HeartbeatChild(settings, config_path)
+        child = heartbeat_child.HeartbeatChild(settings, config)
         print(
             f"heartbeats-role server on port {settings.heartbeat_port} "
             f"(pid {child.process.pid}); node agents learn of it when they register",
@@ -93,7 +92,7 @@ def run_server(*, config: Path | None, overrides: dict[str, Any]) -> int:
     # ms, BENCHMARKS.md).
     gc.freeze()
     try:
-        Server(config).run()
+        Server(served).run()
     finally:
         if child is not None:
             child.stop()

@@ -93,6 +93,7 @@ class Database:
             # SQLite has one writer. Queueing writers on a mutex here is far cheaper than
             # letting them meet at BEGIN IMMEDIATE, where SQLite's busy handler sleeps.
             self._write_mutex: threading.Lock | None = threading.Lock()
+            on_disk = sqlite_file(self.url) is not None  # not an in-memory database
             self._wal: WalCheckpointer | None = (
                 WalCheckpointer(
                     self.engine,
@@ -100,14 +101,14 @@ class Database:
                     every=checkpoint_every,
                     after_s=checkpoint_after_s,
                 )
-                if sqlite_file(self.url) is not None
+                if on_disk
                 else None
             )
             # Reads that never wait (WAL: a reader does not wait on the writer, and a busy
             # file is an error at once, not a sleep), for the event loop's own thread.
             self._loop_engine: Engine | None = (
                 sqlite_engine(self.url, synchronous, busy_ms=0, pool_size=4, max_overflow=4)
-                if sqlite_file(self.url) is not None
+                if on_disk
                 else None
             )
             # Commits that do not wait on the disk (WAL, NORMAL or OFF: no fsync but at a
